@@ -1,0 +1,32 @@
+"""Engine settings: one dataclass, validated once, shared by scheduler, block manager and model runner."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class EngineConfig:
+    model_path: Path
+    dtype: str = "auto"                  # "auto" (config's torch_dtype, bf16 if fp16 unsupported), "float32", "bfloat16", "float16"
+    kv_cache_gb: float | None = None     # None: derived from free RAM (see block manager sizing)
+    block_size: int = 16                 # tokens per KV block
+    enable_prefix_caching: bool = True
+    max_num_seqs: int = 64               # running sequences at most
+    max_num_batched_tokens: int = 512    # token budget per step (decodes + prefill chunks)
+    max_model_len: int | None = None     # None: the model's max_position_embeddings
+    attention_backend: str = "kernels"   # "kernels" (C++), or "torch" (pure-torch reference, the oracle)
+    num_threads: int | None = None       # torch intra-op threads; None = torch's default
+
+    def __post_init__(self) -> None:
+        self.model_path = Path(self.model_path)
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.attention_backend not in ("kernels", "torch"):
+            raise ValueError(f"attention_backend must be 'kernels' or 'torch', got {self.attention_backend!r}")
+        if self.block_size <= 0 or self.block_size % 8:
+            raise ValueError(f"block_size must be a positive multiple of 8, got {self.block_size}")
+        if self.kv_cache_gb is not None and self.kv_cache_gb <= 0:
+            raise ValueError(f"kv_cache_gb must be > 0, got {self.kv_cache_gb}")
+        if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")

@@ -1,0 +1,1 @@
+"""llmchat tui."""

@@ -1,0 +1,52 @@
+"""`llmchat` command line: the app with no arguments, subcommands for scripts.
+
+Each subcommand lives in its own module with `add_parser(subparsers)` and `run(args) -> int`;
+they are imported only when used so `llmchat --help` stays instant.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "run": "llmchat.tui.cli_run",
+    "bench": "llmchat.tui.cli_bench",
+    "models": "llmchat.tui.cli_models",
+    "compare": "llmchat.tui.cli_compare",
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llmchat", description="Chat with local language models.")
+    parser.add_argument("--model", help="open the app with this model (path or name) loaded")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = [a for a in argv if a in SUBCOMMANDS][:1] or list(SUBCOMMANDS)
+    for name in SUBCOMMANDS:
+        if name in wanted or "-h" in argv or "--help" in argv:
+            try:
+                importlib.import_module(SUBCOMMANDS[name]).add_parser(subparsers)
+            except ImportError:
+                continue
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    try:
+        if args.command is None:
+            from llmchat.tui.app_main import run_app
+            return run_app(model=args.model)
+        return importlib.import_module(SUBCOMMANDS[args.command]).run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        # Expected failures (bad model path, bad settings): a message, never a traceback.
+        print(f"llmchat: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
