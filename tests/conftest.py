@@ -1,0 +1,24 @@
+"""Shared test setup: tests/ on sys.path for the model builders, and a cached tiny model per arch."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tiny_models import make_model  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A function arch -> folder of a tiny random model, built once per session."""
+    made: dict[str, Path] = {}
+
+    def get(arch: str = "llama") -> Path:
+        if arch not in made:
+            made[arch] = make_model(tmp_path_factory.mktemp(f"tiny-{arch}"), arch)
+        return made[arch]
+
+    return get
