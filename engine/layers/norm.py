@@ -1,0 +1,20 @@
+"""RMSNorm (fp32 inside, like transformers) over the selected ops backend."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float, ops) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(size), requires_grad=False)
+        self.eps = eps
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ops.rms_norm(x, self.weight, self.eps)
+
+    def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """residual += x; return (rms_norm(residual), residual). May reuse x's storage."""
+        return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)

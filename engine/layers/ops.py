@@ -1,0 +1,90 @@
+"""The small fused ops (norms, rotary, SiLU*mul) behind one switch: llmchat.kernels or pure torch.
+
+Layers call `ops.rms_norm(...)` etc. on the object chosen once at load time, so there is no backend
+branching per layer per step.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from .rotary import apply_rotary_torch
+
+log = logging.getLogger(__name__)
+_warned = False
+
+
+class TorchOps:
+    """Reference implementations, numerically the same as transformers' modules."""
+
+    name = "torch"
+
+    @staticmethod
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * xf.to(x.dtype)
+
+    @staticmethod
+    def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                           eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        residual.add_(x)
+        return TorchOps.rms_norm(residual, weight, eps), residual
+
+    @staticmethod
+    def rotary_embedding(positions, query, key, cos_sin_cache, head_dim) -> None:
+        apply_rotary_torch(positions, query, key, cos_sin_cache, head_dim)
+
+    @staticmethod
+    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate).mul_(up)
+
+
+class KernelOps:
+    """llmchat.kernels (C++), same semantics; fused_add_rms_norm works in place."""
+
+    name = "kernels"
+
+    def __init__(self, kernels) -> None:
+        self.k = kernels
+
+    def rms_norm(self, x, weight, eps):
+        return self.k.rms_norm(x, weight, eps)
+
+    def fused_add_rms_norm(self, x, residual, weight, eps):
+        self.k.fused_add_rms_norm(x, residual, weight, eps)
+        return x, residual
+
+    def rotary_embedding(self, positions, query, key, cos_sin_cache, head_dim) -> None:
+        self.k.rotary_embedding(positions, query, key, cos_sin_cache, head_dim, True)
+
+    def silu_and_mul(self, x):
+        return self.k.silu_and_mul(x)
+
+
+def load_kernels():
+    """The llmchat.kernels module if its extension is built, else None (after one warning)."""
+    global _warned
+    try:
+        import llmchat.kernels as kernels
+        if getattr(kernels, "available", None) and kernels.available():
+            return kernels
+        reason = "the C++ extension is not built"
+    except Exception as exc:  # an import error of the extension must not stop the app
+        reason = f"it failed to load ({exc})"
+    if not _warned:
+        log.warning("llmchat.kernels unavailable: %s; using the pure-torch attention backend", reason)
+        _warned = True
+    return None
+
+
+def select_ops(backend: str):
+    """(ops object, kernels module or None) for attention_backend "kernels" | "torch"."""
+    if backend == "kernels":
+        kernels = load_kernels()
+        if kernels is not None:
+            return KernelOps(kernels), kernels
+    return TorchOps(), None

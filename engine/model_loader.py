@@ -1,0 +1,135 @@
+"""Load a Hugging Face model folder straight into the engine's modules (fused qkv / gate_up), from
+safetensors (single file or sharded with model.safetensors.index.json). No transformers model is built."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from .models import MODEL_CLASSES, STACKED_PARAMS, CausalLM, ModelArgs
+
+log = logging.getLogger(__name__)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# checkpoint tensors the engine recomputes itself
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+
+
+def read_config(folder: Path) -> dict:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"model folder not found: {folder}")
+    path = folder / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{folder} has no config.json (not a Hugging Face model folder)")
+    return read_json(path)
+
+
+def cpu_supports_fp16() -> bool:
+    """True when the CPU computes in fp16 natively (AVX512-FP16 on x86, FEAT_FP16 on ARM)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+        return platform.machine() == "arm64"  # Apple silicon
+    flags = set(text.split())
+    return bool(flags & {"avx512_fp16", "amx_fp16"}) or {"fphp", "asimdhp"} <= flags
+
+
+def resolve_dtype(requested: str, config: dict) -> torch.dtype:
+    """"auto" = the checkpoint's dtype; fp16 only where the CPU has it, else bf16."""
+    name = requested
+    if requested == "auto":
+        name = str(config.get("dtype") or config.get("torch_dtype") or "float32").replace("torch.", "")
+        if name not in DTYPES:
+            name = "float32"
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {requested!r}")
+    if name == "float16" and not cpu_supports_fp16():
+        log.warning("this CPU has no native float16; using bfloat16 instead")
+        name = "bfloat16"
+    return DTYPES[name]
+
+
+def weight_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        names = sorted(set(read_json(index).get("weight_map", {}).values()))
+        missing = [n for n in names if not (folder / n).exists()]
+        if missing:
+            raise FileNotFoundError(f"{folder}: shard(s) listed in the index are missing: {', '.join(missing)}")
+        return [folder / n for n in names]
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        return files
+    if list(folder.glob("*.bin")) or list(folder.glob("*.pt")) or list(folder.glob("*.pth")):
+        raise ValueError(f"{folder} holds only PyTorch .bin/.pt weights; llmchat loads safetensors "
+                         "(convert with transformers: save_pretrained(..., safe_serialization=True))")
+    if list(folder.glob("*.gguf")):
+        raise ValueError(f"{folder} holds a GGUF file; import it with `llmchat models import` first")
+    raise FileNotFoundError(f"{folder} has no *.safetensors weights")
+
+
+def _target(name: str) -> tuple[str, int | None]:
+    """Checkpoint tensor name -> (engine parameter name, fused slice index or None)."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part in STACKED_PARAMS:
+            fused, index = STACKED_PARAMS[part]
+            return ".".join(parts[:i] + [fused] + parts[i + 1:]), index
+    return name, None
+
+
+def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: int, ops, kernels) -> CausalLM:
+    args = ModelArgs.from_config(config)
+    with torch.device("meta"):
+        model = MODEL_CLASSES[args.architecture](args, ops, kernels)
+    model = model.to(dtype).to_empty(device="cpu")
+    load_weights(model, weight_files(Path(folder)))
+    model.finish_init(max_positions)
+    return model.eval()
+
+
+def load_weights(model: CausalLM, files: list[Path]) -> None:
+    params = dict(model.named_parameters())
+    if model.args.tie_word_embeddings:
+        params.pop("lm_head.weight", None)
+    expected = {}
+    for name in params:
+        module = model.get_submodule(name.rsplit(".", 1)[0])
+        slices = getattr(module, "output_sizes", None)
+        expected[name] = set(range(len(slices))) if slices and len(slices) > 1 else {None}
+    loaded: dict[str, set] = {name: set() for name in params}
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():
+                if key.endswith(IGNORED_SUFFIXES):
+                    continue
+                name, index = _target(key)
+                param = params.get(name)
+                if param is None:
+                    continue  # e.g. lm_head.weight of a tied checkpoint
+                tensor = f.get_tensor(key)
+                dest = param.data
+                if index is not None:
+                    module = model.get_submodule(name.rsplit(".", 1)[0])
+                    start = module.slice_offsets[index]
+                    dest = dest.narrow(0, start, module.output_sizes[index])
+                if tuple(dest.shape) != tuple(tensor.shape):
+                    raise ValueError(f"{path.name}: {key} has shape {tuple(tensor.shape)}, "
+                                     f"the config expects {tuple(dest.shape)}")
+                dest.copy_(tensor)
+                loaded[name].add(index)
+    missing = sorted(n for n in params if loaded[n] != expected[n])
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" (+{len(missing) - 5} more)" if len(missing) > 5 else "")
+        raise ValueError(f"the checkpoint is missing weights: {shown}")

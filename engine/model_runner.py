@@ -1,0 +1,139 @@
+"""ModelRunner: loads a model folder and runs one flat varlen batch per step over the paged KV cache.
+
+execute(chunks) turns the scheduler's chunks into input_ids, positions, slot_mapping, query_start_loc,
+seq_lens and block_tables (a few tensor ops, no per-token Python), runs the model and returns fp32 logits
+of the last new token of each chunk.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .attention import AttentionMetadata
+from .config import EngineConfig
+from .layers.ops import select_ops
+from .model_loader import build_model, read_config, read_json, resolve_dtype
+from .models import ModelArgs
+
+GENERATION_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+                   "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
+
+
+def _ids(value) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def _hf_config(folder: Path):
+    """transformers' config object when it can be built (for callers that want it), else a namespace."""
+    try:
+        from transformers import AutoConfig
+        return AutoConfig.from_pretrained(folder)
+    except Exception:  # an unusual config must not stop a model the engine itself can run
+        from types import SimpleNamespace
+        return SimpleNamespace(**read_config(folder))
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        folder = Path(config.model_path)
+        raw = read_config(folder)
+        self.args = ModelArgs.from_config(raw)        # unsupported architecture -> ValueError here
+        self.raw_config = raw
+        self.hf_config = _hf_config(folder)
+        self.dtype = resolve_dtype(config.dtype, raw)
+        self.max_model_len = self._max_model_len(config.max_model_len)
+        self.vocab_size = self.args.vocab_size
+        self.block_size = config.block_size
+        gen = read_json(folder / "generation_config.json") if (folder / "generation_config.json").exists() else {}
+        self.eos_token_ids = list(dict.fromkeys(_ids(raw.get("eos_token_id")) + _ids(gen.get("eos_token_id"))))
+        self.generation_defaults = self._generation_defaults(gen)
+        self.ops, self.kernels = select_ops(config.attention_backend)
+        self.attention_backend = "kernels" if self.kernels is not None else "torch"
+        with torch.inference_mode():
+            self.model = build_model(folder, raw, self.dtype, self.max_model_len, self.ops, self.kernels)
+        self.key_caches: list[torch.Tensor] = []
+        self.value_caches: list[torch.Tensor] = []
+        self.num_blocks = 0
+        # LoRA: an object with set_step(chunks, metadata) called before each forward, whose hooks sit on
+        # the Linear layers (layer.lora). None = base model only. See layers/linear.py.
+        self.lora_manager = None
+
+    def _max_model_len(self, requested: int | None) -> int:
+        limit = self.args.max_position_embeddings
+        if requested is None:
+            return limit
+        if requested <= 0 or requested > limit:
+            raise ValueError(f"max_model_len must be in 1..{limit} (the model's context), got {requested}")
+        return requested
+
+    @staticmethod
+    def _generation_defaults(gen: dict) -> dict:
+        defaults = {ours: gen[theirs] for theirs, ours in GENERATION_KEYS.items() if gen.get(theirs) is not None}
+        if gen and not gen.get("do_sample", False):
+            defaults["temperature"] = 0.0  # transformers decodes greedily unless do_sample is set
+        return defaults
+
+    # ---- KV cache -------------------------------------------------------------------------------------
+    def kv_block_bytes(self) -> int:
+        a = self.args
+        return 2 * a.num_layers * a.num_kv_heads * self.block_size * a.head_dim * self.dtype.itemsize
+
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        """One zeroed tensor [layers, 2, num_blocks, Hkv, block_size, D]; per-layer K and V are views."""
+        a = self.args
+        cache = torch.zeros(a.num_layers, 2, num_blocks, a.num_kv_heads, self.block_size, a.head_dim,
+                            dtype=self.dtype)
+        self.key_caches = [cache[i, 0] for i in range(a.num_layers)]
+        self.value_caches = [cache[i, 1] for i in range(a.num_layers)]
+        self.num_blocks = num_blocks
+
+    # ---- one step ---------------------------------------------------------------------------------------
+    def prepare(self, chunks) -> tuple[torch.Tensor, AttentionMetadata, torch.Tensor]:
+        input_ids: list[int] = []
+        starts, query_lens, seq_lens, tables = [], [], [], []
+        for chunk in chunks:
+            seq, n = chunk.seq, chunk.num_new_tokens
+            start = seq.num_computed_tokens
+            input_ids.extend(seq.token_ids[start:start + n])
+            starts.append(start)
+            query_lens.append(n)
+            seq_lens.append(start + n)
+            tables.append(seq.block_table)
+        max_blocks = max(len(t) for t in tables)
+        block_tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.int32)
+        q_lens = torch.tensor(query_lens, dtype=torch.int64)
+        qsl = torch.zeros(len(chunks) + 1, dtype=torch.int64)
+        torch.cumsum(q_lens, 0, out=qsl[1:])
+        total = int(sum(query_lens))
+        if total == len(chunks):  # all decodes: one token per sequence
+            seq_index = torch.arange(total)
+            positions = torch.tensor(starts, dtype=torch.int64)
+        else:
+            seq_index = torch.repeat_interleave(torch.arange(len(chunks)), q_lens)
+            positions = torch.arange(total) - qsl[:-1][seq_index] + torch.tensor(starts)[seq_index]
+        bs = self.block_size
+        blocks = block_tables.long()[seq_index, torch.div(positions, bs, rounding_mode="floor")]
+        slot_mapping = blocks * bs + positions % bs
+        md = AttentionMetadata(
+            positions=positions, slot_mapping=slot_mapping, query_start_loc=qsl.to(torch.int32),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32), block_tables=block_tables,
+            query_lens=query_lens, seq_lens_list=seq_lens, block_size=bs)
+        logits_rows = None if total == len(chunks) else qsl[1:] - 1
+        return torch.tensor(input_ids, dtype=torch.int64), md, logits_rows
+
+    def execute(self, chunks) -> torch.Tensor:
+        """fp32 logits [len(chunks), vocab]: row i follows the last new token of chunk i."""
+        if not chunks:
+            return torch.empty(0, self.vocab_size)
+        if not self.key_caches:
+            raise RuntimeError("allocate_kv_cache() must be called before execute()")
+        with torch.inference_mode():
+            input_ids, md, rows = self.prepare(chunks)
+            if self.lora_manager is not None:
+                self.lora_manager.set_step(chunks, md)
+            kv = list(zip(self.key_caches, self.value_caches))
+            return self.model(input_ids, md, kv, rows)

@@ -1,0 +1,126 @@
+"""Llama / Mistral / Qwen2 / Qwen3 as the engine's own modules: fused qkv and gate_up, paged attention.
+
+Per-family differences come from ModelArgs (models/args.py). Module names mirror the checkpoints
+(model.layers.N.self_attn...), so weight loading only needs the stacking table below.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import AttentionMetadata, make_attention
+from ..layers.linear import Linear
+from ..layers.norm import RMSNorm
+from ..layers.rotary import cos_sin_cache
+from .args import ModelArgs
+
+# checkpoint projection -> (fused engine projection, slice index)
+STACKED_PARAMS = {
+    "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+}
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int, ops, kernels) -> None:
+        super().__init__()
+        d, hq, hkv = args.head_dim, args.num_heads, args.num_kv_heads
+        self.head_dim, self.q_size, self.kv_size = d, hq * d, hkv * d
+        prefix = f"model.layers.{layer}.self_attn"
+        self.qkv_proj = Linear(args.hidden_size, [self.q_size, self.kv_size, self.kv_size], bias=args.qkv_bias,
+                               slice_names=["q_proj", "k_proj", "v_proj"], prefix=f"{prefix}.qkv_proj")
+        self.o_proj = Linear(self.q_size, [args.hidden_size], bias=args.o_bias, prefix=f"{prefix}.o_proj")
+        if args.qk_norm:
+            self.q_norm = RMSNorm(d, args.rms_norm_eps, ops)
+            self.k_norm = RMSNorm(d, args.rms_norm_eps, ops)
+        self.qk_norm = args.qk_norm
+        self.ops = ops
+        self.attn = make_attention(kernels, d ** -0.5, args.sliding_windows[layer])
+        self.rotary_cache: torch.Tensor | None = None   # shared fp32 cos/sin cache, set by the model
+
+    def forward(self, x: torch.Tensor, md: AttentionMetadata, kv: tuple[torch.Tensor, torch.Tensor]):
+        t = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        if self.qk_norm:
+            q = self.q_norm(q.reshape(-1, self.head_dim)).view(t, self.q_size)
+            k = self.k_norm(k.reshape(-1, self.head_dim)).view(t, self.kv_size)
+        else:
+            q, k = q.contiguous(), k.contiguous()
+        self.ops.rotary_embedding(md.positions, q, k, self.rotary_cache, self.head_dim)
+        k = k.view(t, -1, self.head_dim)
+        v = v.contiguous().view(t, -1, self.head_dim)
+        key_cache, value_cache = kv
+        self.attn.write_kv(k, v, key_cache, value_cache, md)
+        out = self.attn.forward(q.view(t, -1, self.head_dim), key_cache, value_cache, md)
+        return self.o_proj(out.reshape(t, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int, ops) -> None:
+        super().__init__()
+        i = args.intermediate_size
+        prefix = f"model.layers.{layer}.mlp"
+        self.gate_up_proj = Linear(args.hidden_size, [i, i], bias=args.mlp_bias,
+                                   slice_names=["gate_proj", "up_proj"], prefix=f"{prefix}.gate_up_proj")
+        self.down_proj = Linear(i, [args.hidden_size], bias=args.mlp_bias, prefix=f"{prefix}.down_proj")
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int, ops, kernels) -> None:
+        super().__init__()
+        self.self_attn = Attention(args, layer, ops, kernels)
+        self.mlp = MLP(args, layer, ops)
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
+
+    def forward(self, x, residual, md, kv):
+        if residual is None:
+            residual, x = x, self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm.add_and_norm(x, residual)
+        x = self.self_attn(x, md, kv)
+        x, residual = self.post_attention_layernorm.add_and_norm(x, residual)
+        return self.mlp(x), residual
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, args: ModelArgs, ops, kernels) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(DecoderLayer(args, i, ops, kernels) for i in range(args.num_layers))
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
+
+
+class CausalLM(nn.Module):
+    """forward(input_ids, md, kv_caches, logits_rows) -> fp32 logits of the selected rows only."""
+
+    def __init__(self, args: ModelArgs, ops, kernels) -> None:
+        super().__init__()
+        self.args = args
+        self.model = DecoderModel(args, ops, kernels)
+        self.lm_head = Linear(args.hidden_size, [args.vocab_size], prefix="lm_head")
+
+    def finish_init(self, max_positions: int) -> None:
+        """After the weights exist on CPU: tie embeddings and build the shared rotary cache."""
+        if self.args.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        cache = cos_sin_cache(self.args.config, self.args.head_dim, max_positions)
+        for layer in self.model.layers:
+            layer.self_attn.rotary_cache = cache
+
+    def forward(self, input_ids: torch.Tensor, md: AttentionMetadata, kv_caches: list,
+                logits_rows: torch.Tensor | None) -> torch.Tensor:
+        x = F.embedding(input_ids, self.model.embed_tokens.weight)
+        residual = None
+        for layer, kv in zip(self.model.layers, kv_caches):
+            x, residual = layer(x, residual, md, kv)
+        if logits_rows is not None:  # only the last token of each chunk needs logits
+            x, residual = x.index_select(0, logits_rows), residual.index_select(0, logits_rows)
+        x, _ = self.model.norm.add_and_norm(x, residual)
+        return self.lm_head(x).float()
