@@ -1,0 +1,66 @@
+"""Imported models: a small JSON registry in llmchat's data dir (never holds tokens or secrets)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import threading
+from pathlib import Path
+
+_LOCK = threading.Lock()
+
+
+def default_data_dir() -> Path:
+    if os.environ.get("LLMCHAT_DATA_DIR"):
+        return Path(os.environ["LLMCHAT_DATA_DIR"]).expanduser()
+    import platformdirs
+    return Path(platformdirs.user_data_dir("llmchat", appauthor=False))
+
+
+def safe_name(text: str) -> str:
+    """A registry name usable as a folder name too."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return name or "model"
+
+
+class Registry:
+    """name -> {"path": str, "source": "folder"|"gguf"|"copy", "owned": bool} in models/registry.json."""
+
+    def __init__(self, data_dir: Path):
+        self.dir = Path(data_dir) / "models"
+        self.file = self.dir / "registry.json"
+
+    def load(self) -> dict[str, dict]:
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+            return data.get("models", {}) if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, models: dict[str, dict]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".registry-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"version": 1, "models": models}, f, indent=2, sort_keys=True)
+        os.replace(tmp, self.file)  # atomic: readers never see half a file
+
+    def add(self, name: str, path: Path, source: str, owned: bool) -> None:
+        with _LOCK:
+            models = self.load()
+            models[name] = {"path": str(Path(path).resolve()), "source": source, "owned": owned}
+            self._save(models)
+
+    def remove(self, name: str) -> dict | None:
+        with _LOCK:
+            models = self.load()
+            entry = models.pop(name, None)
+            if entry is not None:
+                self._save(models)
+            return entry
+
+    def unique_name(self, wanted: str, taken: set[str]) -> str:
+        base, n, name = safe_name(wanted), 2, safe_name(wanted)
+        while name in taken or name in self.load():
+            name, n = f"{base}-{n}", n + 1
+        return name
