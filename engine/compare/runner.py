@@ -1,0 +1,183 @@
+"""Runs a compare: for each model, one engine and one batched generate over all its pending prompts.
+
+Models run one after another; each engine is dropped (del + gc) before the next loads, so peak memory
+is one model plus its KV budget. Results are appended to the store as soon as a model's batch returns,
+and the report is rewritten after every model, so a killed run loses at most the model in flight.
+A model or adapter that fails is recorded and the run goes on with the others.
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from pathlib import Path
+
+from llmchat.engine.compare.plan import Variant
+from llmchat.engine.compare.prompts import PromptItem
+from llmchat.engine.compare.report import CompareInputs, VariantStatus, build_report, result_key
+from llmchat.engine.compare.store import ResultStore
+from llmchat.engine.compare.writers import write_report
+
+Progress = Callable[[int, int, str], None]      # (done, total, what is happening)
+
+
+def default_resolver(name_or_path: str) -> Path:
+    """The model store's resolve: a local folder, a .gguf import, or a name of a pulled model."""
+    try:
+        from llmchat.engine.store import ModelStore
+    except ImportError:                          # store not installed: plain paths only
+        path = Path(name_or_path).expanduser()
+        if path.is_dir():
+            return path
+        raise ValueError(f"unknown model {name_or_path!r}: not a folder") from None
+    return Path(ModelStore().resolve(name_or_path))
+
+
+def default_engine(path: Path, settings):
+    from llmchat.engine import LLM
+    return LLM(path, dtype=settings.dtype, kv_cache_gb=settings.kv_cache_gb)
+
+
+class CompareRunner:
+    def __init__(self, inputs: CompareInputs, store: ResultStore, out_dir: str | Path,
+                 progress: Progress | None = None, resolve: Callable[[str], Path] = default_resolver,
+                 make_engine: Callable = default_engine):
+        self.inputs, self.store, self.out_dir = inputs, store, Path(out_dir)
+        self.progress = progress or (lambda done, total, what: None)
+        self.resolve, self.make_engine = resolve, make_engine
+        self.total = len(inputs.variants) * len(inputs.prompts)
+        self.done = 0
+
+    def run(self) -> dict:
+        """Run everything still missing; returns the final report (also written to out_dir)."""
+        inputs = self.inputs
+        self.done = sum(1 for v in inputs.variants for p in inputs.prompts if self._key(v, p) in self.store)
+        paths = self._resolve_models()
+        self.write()
+        for model, variants in self._by_model().items():
+            if paths.get(model) is not None:
+                self._run_model(paths[model], variants)
+            self.write()
+        self.progress(self.done, self.total, "done")
+        return self.write()
+
+    def write(self) -> dict:
+        report = build_report(self.inputs, self.store)
+        write_report(report, self.out_dir)
+        return report
+
+    def _key(self, variant: Variant, item: PromptItem):
+        return result_key(variant, item, self.inputs.settings)
+
+    def _by_model(self) -> dict[str, list[Variant]]:
+        groups: dict[str, list[Variant]] = {}
+        for v in self.inputs.variants:
+            groups.setdefault(v.model, []).append(v)
+        return groups
+
+    def _resolve_models(self) -> dict[str, Path | None]:
+        """Resolve every model first, so an unknown name is reported before any long work."""
+        paths = {}
+        for model, variants in self._by_model().items():
+            try:
+                paths[model] = Path(self.resolve(model))
+            except Exception as exc:  # noqa: BLE001 - any failure here is "this model can't be used"
+                paths[model] = None
+                self._fail(variants, "model", f"unknown model {model!r}: {_message(exc)}")
+            for v in variants:
+                self.inputs.status.setdefault(v.id, VariantStatus()).path = (
+                    None if paths[model] is None else str(paths[model]))
+        return paths
+
+    def _fail(self, variants: list[Variant], kind: str, message: str) -> None:
+        for v in variants:
+            st = self.inputs.status.setdefault(v.id, VariantStatus())
+            st.status, st.kind, st.error = "error", kind, message
+            self.done += sum(1 for p in self.inputs.prompts if self._key(v, p) not in self.store)
+        self.progress(self.done, self.total, message)
+
+    def _run_model(self, path: Path, variants: list[Variant]) -> None:
+        jobs = [(v, p) for v in variants for p in self.inputs.prompts if self._key(v, p) not in self.store]
+        if not jobs:
+            self._mark_ok(variants)
+            return
+        self.progress(self.done, self.total, f"loading {variants[0].model}")
+        try:
+            llm = self.make_engine(path, self.inputs.settings)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(variants, "model", f"cannot load model {variants[0].model!r}: {_message(exc)}")
+            return
+        try:
+            jobs = self._load_adapters(llm, variants, jobs)
+            self.progress(self.done, self.total, f"generating {variants[0].model} ({len(jobs)} requests)")
+            outputs = self._generate(llm, jobs)
+            records = [self._record(v, p, path, out) for (v, p), out in zip(jobs, outputs)]
+            self.store.append(records)
+            self.done += len(records)
+            self._mark_ok([v for v in variants if self.inputs.status[v.id].status != "error"])
+            self.progress(self.done, self.total, f"finished {variants[0].model}")
+        finally:
+            close = getattr(llm, "shutdown", None) or getattr(llm, "close", None)
+            if callable(close):
+                close()
+            del llm
+            gc.collect()            # free weights and KV cache before the next model loads
+
+    def _load_adapters(self, llm, variants, jobs):
+        for v in variants:
+            if v.adapter is None or not any(jv is v for jv, _ in jobs):
+                continue
+            try:
+                llm.load_adapter(v.adapter_name, str(self.resolve(v.adapter)))
+            except Exception as exc:  # noqa: BLE001
+                self._fail([v], "adapter", f"adapter {v.adapter!r} does not fit model {v.model!r}: {_message(exc)}")
+                jobs = [(jv, p) for jv, p in jobs if jv is not v]
+        return jobs
+
+    def _generate(self, llm, jobs):
+        """One batched call; if the engine rejects the batch, retry one by one to pin the bad request."""
+        if not jobs:
+            return []
+        raw = self.inputs.settings.raw
+        prompts = [p.engine_input(raw) for _, p in jobs]
+        params = [self.inputs.settings.sampling_params(p.index) for _, p in jobs]
+        adapters = [v.adapter_name for v, _ in jobs]
+        try:
+            return llm.generate(prompts, params, adapter=adapters if any(adapters) else None)
+        except ValueError:
+            pass
+        outputs = []
+        for prompt, param, adapter in zip(prompts, params, adapters):
+            try:
+                outputs.append(llm.generate([prompt], param, adapter=adapter)[0])
+            except ValueError as exc:
+                outputs.append(_error_output(str(exc)))
+        return outputs
+
+    def _record(self, v: Variant, p: PromptItem, path: Path, out) -> dict:
+        m = out.metrics
+        key = self._key(v, p)
+        ttft = m.ttft if out.error is None else None
+        prompt_tokens = m.num_prompt_tokens or len(out.prompt_token_ids)
+        return {"model": key[0], "adapter": key[1], "prompt_index": key[2], "prompt_hash": key[3],
+                "settings_hash": key[4], "model_path": str(path),
+                "text": out.text, "token_ids": list(out.token_ids), "finish_reason": out.finish_reason,
+                "error": out.error, "ttft": ttft, "decode_tok_s": m.decode_tokens_per_s,
+                "prompt_tok_s": (prompt_tokens - m.num_cached_tokens) / ttft if ttft else None,
+                "prompt_tokens": prompt_tokens, "cached_tokens": m.num_cached_tokens,
+                "generated_tokens": m.num_generated_tokens or len(out.token_ids),
+                "preemptions": m.num_preemptions}
+
+    def _mark_ok(self, variants: list[Variant]) -> None:
+        for v in variants:
+            self.inputs.status.setdefault(v.id, VariantStatus()).status = "ok"
+
+
+def _error_output(message: str):
+    from llmchat.engine.outputs import RequestOutput
+    return RequestOutput(request_id="", prompt_token_ids=[], token_ids=[], text="", finish_reason="error",
+                         error=message)
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text if text else type(exc).__name__

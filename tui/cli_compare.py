@@ -1,0 +1,100 @@
+"""`llmchat compare`: run a prompt set against several models/adapters and write a side-by-side report.
+
+    llmchat compare --models A B [--adapters A=PATH ...] --prompts FILE --out DIR
+                    [--max-tokens N --temperature T --top-p P --top-k K --seed S --raw --resume]
+
+The work is in llmchat.engine.compare (UI-free); this module parses arguments, checks them and shows
+progress on stderr (a bar on a terminal, plain lines otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "compare", help="compare models and adapters on a prompt set",
+        description="Run every prompt against every model (and model+adapter) with the same settings and "
+                    "seeds; write report.md, report.json and report.csv to --out.")
+    p.add_argument("--models", nargs="+", required=True, metavar="MODEL",
+                   help="model names (from `llmchat models`) or folders")
+    p.add_argument("--adapters", nargs="+", default=[], metavar="MODEL=ADAPTER_PATH",
+                   help="also run MODEL with this LoRA adapter (repeatable per model)")
+    p.add_argument("--prompts", required=True, metavar="FILE",
+                   help="JSONL (prompt or messages, optional system/expected/id) or text, one prompt per line")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the report and results.jsonl")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="request i uses seed S+i (default 0)")
+    p.add_argument("--raw", action="store_true", help="send prompts as bare text, without the chat template")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--kv-cache-gb", type=float, default=None, help="KV cache budget per model")
+    p.add_argument("--resume", action="store_true", help="continue the run already in --out")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from llmchat.engine.compare import CompareSettings, build_variants, load_prompts
+    from llmchat.engine.compare.report import CompareInputs
+    from llmchat.engine.compare.runner import CompareRunner
+    from llmchat.engine.compare.schema import REPORT_MD, RESULTS_JSONL
+    from llmchat.engine.compare.store import ResultStore
+
+    settings = CompareSettings(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                               top_k=args.top_k, seed=args.seed, raw=args.raw, dtype=args.dtype,
+                               kv_cache_gb=args.kv_cache_gb)
+    settings.validate()
+    if args.kv_cache_gb is not None and args.kv_cache_gb <= 0:
+        raise ValueError(f"--kv-cache-gb must be > 0, got {args.kv_cache_gb}")
+    variants = build_variants(args.models, args.adapters)
+    prompts, prompt_errors = load_prompts(args.prompts)
+    for err in prompt_errors:
+        print(f"llmchat: {args.prompts}: {err}", file=sys.stderr)
+    if not prompts:
+        raise ValueError(f"no usable prompts in {args.prompts}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    results = out / RESULTS_JSONL
+    if results.exists() and not args.resume:
+        raise ValueError(f"{results} already exists: pass --resume to continue that run, or pick a new --out")
+    store = ResultStore(results).load()
+    inputs = CompareInputs(Path(args.prompts), prompts, prompt_errors, variants, settings)
+    bar = ProgressBar(sys.stderr)
+    report = CompareRunner(inputs, store, out, progress=bar.update).run()
+    bar.close()
+    errors = report["errors"]
+    print(f"report: {out / REPORT_MD}" + (f" ({len(errors)} errors, listed in the report)" if errors else ""))
+    return 1 if errors else 0
+
+
+class ProgressBar:
+    """`[#####-----] 5/10 what` redrawn in place on a terminal; one line per change otherwise."""
+
+    def __init__(self, stream, width: int = 30):
+        self.stream, self.width = stream, width
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.start = time.monotonic()
+        self.last = ""
+
+    def update(self, done: int, total: int, what: str) -> None:
+        filled = self.width * done // total if total else self.width
+        line = f"[{'#' * filled}{'-' * (self.width - filled)}] {done}/{total} {what}"
+        if self.tty:
+            elapsed = time.monotonic() - self.start
+            self.stream.write("\r" + f"{line}  {elapsed:.0f}s"[:120].ljust(len(self.last)))
+            self.last = line
+        elif line != self.last:
+            self.stream.write(f"compare: {done}/{total} {what}\n")
+            self.last = line
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.last:
+            self.stream.write("\n")
+            self.stream.flush()
