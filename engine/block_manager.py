@@ -1,0 +1,167 @@
+"""Paged KV cache bookkeeping: fixed-size blocks, block tables, and the automatic prefix cache.
+
+A full, computed block is registered under a chained hash of (parent block's hash, its token ids,
+adapter key). A later sequence whose leading full blocks hash the same reuses them (ref count + 1)
+instead of recomputing. Freed blocks keep their contents and hash: they sit in an LRU and are evicted
+(oldest first) only when a fresh block is needed, so an earlier turn or a shared system prompt stays
+reusable for as long as memory allows.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+from .sequence import Sequence
+
+
+def chain_hash(parent: int | None, token_ids: tuple[int, ...], adapter_key: str) -> int:
+    """Hash of one full block given its parent's hash; equal prefixes give equal chains."""
+    return hash((parent, adapter_key, token_ids))
+
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "hash", "token_ids", "adapter_key")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: int | None = None              # set while registered in the prefix cache
+        self.token_ids: tuple[int, ...] = ()      # kept to reject hash collisions
+        self.adapter_key: str = ""
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks <= 0:
+            raise ValueError(f"the KV cache needs at least one block, got {num_blocks}")
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_ids: deque[int] = deque(range(num_blocks))          # never cached or invalidated
+        self.evictable: OrderedDict[int, None] = OrderedDict()          # cached, unreferenced; oldest first
+        self.hash_to_block: dict[int, int] = {}
+        self.hit_tokens = 0      # prompt tokens served from the cache
+        self.query_tokens = 0    # prompt tokens looked up
+
+    # ---- capacity -------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_ids) + len(self.evictable)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def num_new_blocks(self, seq: Sequence, num_new_tokens: int) -> int:
+        """Blocks to add so the table covers the computed tokens plus num_new_tokens."""
+        return max(0, self.blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table))
+
+    def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return self.num_new_blocks(seq, num_new_tokens) <= self.num_free_blocks
+
+    # ---- prefix cache ---------------------------------------------------------------------------
+    def match_prefix(self, seq: Sequence) -> int:
+        """Give a fresh sequence the cached blocks of its longest cached prefix; returns tokens reused.
+
+        Only full blocks of token_ids[:-1] are looked up: the last token is always computed, because
+        its logits give the next token.
+        """
+        assert not seq.block_table and seq.num_computed_tokens == 0
+        lookup = seq.num_tokens - 1
+        if not self.enable_prefix_caching:
+            return 0
+        parent = None
+        for start in range(0, lookup - self.block_size + 1, self.block_size):
+            tokens = tuple(seq.token_ids[start:start + self.block_size])
+            h = chain_hash(parent, tokens, seq.adapter_key)
+            block_id = self.hash_to_block.get(h)
+            if block_id is None:
+                break
+            block = self.blocks[block_id]
+            if block.token_ids != tokens or block.adapter_key != seq.adapter_key:
+                break  # a hash collision: different contents under the same key
+            self._take(block)
+            seq.block_table.append(block_id)
+            seq.block_hashes.append(h)
+            parent = h
+        reused = len(seq.block_table) * self.block_size
+        seq.num_computed_tokens = reused
+        return reused
+
+    def record_lookup(self, seq: Sequence) -> None:
+        """Count an admitted sequence's prompt tokens as hits (served from cache) or misses."""
+        self.query_tokens += seq.num_prompt_tokens
+        self.hit_tokens += min(seq.num_computed_tokens, seq.num_prompt_tokens)
+
+    def register_full_blocks(self, seq: Sequence) -> None:
+        """After a step: hash every newly completed block so later requests can reuse it."""
+        if not self.enable_prefix_caching:
+            return
+        full = seq.num_computed_tokens // self.block_size
+        for i in range(len(seq.block_hashes), full):
+            tokens = tuple(seq.token_ids[i * self.block_size:(i + 1) * self.block_size])
+            parent = seq.block_hashes[-1] if seq.block_hashes else None
+            h = chain_hash(parent, tokens, seq.adapter_key)
+            seq.block_hashes.append(h)
+            block = self.blocks[seq.block_table[i]]
+            if h in self.hash_to_block or block.hash is not None:
+                continue  # an identical block is already cached (computed by another sequence)
+            block.hash, block.token_ids, block.adapter_key = h, tokens, seq.adapter_key
+            self.hash_to_block[h] = block.block_id
+
+    # ---- allocation -----------------------------------------------------------------------------
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Extend seq's block table to hold num_new_tokens more tokens (caller checked can_allocate)."""
+        for _ in range(self.num_new_blocks(seq, num_new_tokens)):
+            seq.block_table.append(self._fresh_block())
+
+    def free(self, seq: Sequence) -> None:
+        """Drop seq's references. Tail blocks go first so they are evicted before the shared prefix."""
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                if block.hash is not None:
+                    self.evictable[block_id] = None
+                else:
+                    self.free_ids.append(block_id)
+        seq.block_table = []
+        seq.block_hashes = []
+        seq.num_computed_tokens = 0
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block that no sequence uses."""
+        while self.evictable:
+            block_id, _ = self.evictable.popitem(last=False)
+            self._uncache(self.blocks[block_id])
+            self.free_ids.append(block_id)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.query_tokens if self.query_tokens else 0.0
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _take(self, block: Block) -> None:
+        if block.ref_count == 0:
+            self.evictable.pop(block.block_id, None)
+        block.ref_count += 1
+
+    def _fresh_block(self) -> int:
+        if self.free_ids:
+            block_id = self.free_ids.popleft()
+        elif self.evictable:
+            block_id, _ = self.evictable.popitem(last=False)   # least recently freed
+            self._uncache(self.blocks[block_id])
+        else:
+            raise RuntimeError("KV cache out of blocks (the scheduler should have preempted)")
+        block = self.blocks[block_id]
+        block.ref_count = 1
+        return block_id
+
+    def _uncache(self, block: Block) -> None:
+        if block.hash is not None and self.hash_to_block.get(block.hash) == block.block_id:
+            del self.hash_to_block[block.hash]
+        block.hash, block.token_ids, block.adapter_key = None, (), ""

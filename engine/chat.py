@@ -1,0 +1,53 @@
+"""Turn what a caller passes as a prompt (text, chat messages or token ids) into prompt token ids."""
+from __future__ import annotations
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def validate_messages(messages: list) -> None:
+    if not messages:
+        raise ValueError("the chat has no messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise ValueError(f"message {i} must be a dict with 'role' and 'content'")
+        if m["role"] not in ROLES:
+            raise ValueError(f"message {i} has unknown role {m['role']!r} (expected one of {', '.join(ROLES)})")
+        content = m["content"]
+        if not isinstance(content, str) or not content.strip():
+            raise ValueError(f"message {i} ({m['role']}) has empty content")
+
+
+def prompt_to_token_ids(tokenizer, prompt, vocab_size: int) -> list[int]:
+    """str -> tokenized as is; list of messages -> chat template + generation prompt; list[int] -> checked."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("the prompt is empty")
+        ids = list(tokenizer(prompt).input_ids)
+    elif isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
+        ids = list(prompt)
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})")
+    elif isinstance(prompt, (list, tuple)):
+        messages = list(prompt)
+        validate_messages(messages)
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("this model's tokenizer has no chat template; pass the prompt as text")
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        # The template already holds BOS and other specials: do not add them a second time.
+        ids = list(tokenizer(rendered, add_special_tokens=False).input_ids)
+    else:
+        raise ValueError(f"a prompt must be text, a list of chat messages or a list of token ids, "
+                         f"got {type(prompt).__name__}")
+    if not ids:
+        raise ValueError("the prompt is empty after tokenization")
+    return ids
+
+
+def load_tokenizer(model_path):
+    """The model folder's own tokenizer (and chat template)."""
+    from transformers import AutoTokenizer
+    try:
+        return AutoTokenizer.from_pretrained(str(model_path))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot load a tokenizer from {model_path}: {exc}") from exc

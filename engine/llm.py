@@ -1,0 +1,70 @@
+"""Offline API: hand over a batch of prompts, get every finished output back in order."""
+from __future__ import annotations
+
+from dataclasses import fields
+
+from .config import EngineConfig
+from .llm_engine import LLMEngine
+from .metrics import MetricsSnapshot
+from .outputs import RequestOutput
+from .sampling_params import SamplingParams
+
+
+def build_config(model_path, kwargs: dict) -> EngineConfig:
+    """EngineConfig from keyword arguments, with a clear error for a misspelt one."""
+    known = {f.name for f in fields(EngineConfig)} - {"model_path"}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise ValueError(f"unknown engine option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return EngineConfig(model_path=model_path, **kwargs)
+
+
+class LLM:
+    """`LLM(model_path, dtype=..., kv_cache_gb=..., enable_prefix_caching=True, **EngineConfig fields)`."""
+
+    def __init__(self, model_path, **kwargs):
+        self.engine = LLMEngine(build_config(model_path, kwargs))
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.engine.config
+
+    def metrics(self) -> MetricsSnapshot:
+        return self.engine.metrics_snapshot()
+
+    def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None,
+                 adapter: str | list[str | None] | None = None) -> list[RequestOutput]:
+        """prompts: one prompt or a list; a prompt is text, a list of chat messages, or token ids.
+
+        All prompts are validated before any runs, so a bad one raises ValueError and nothing starts.
+        """
+        if isinstance(prompts, str) or _is_single_prompt(prompts):
+            prompts = [prompts]
+        prompts = list(prompts)
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        adapters = adapter if isinstance(adapter, list) else [adapter] * len(prompts)
+        if len(params_list) != len(prompts) or len(adapters) != len(prompts):
+            raise ValueError("give one SamplingParams (and adapter) for all prompts or one per prompt")
+        seqs = [self.engine.make_sequence(p, sp, a) for p, sp, a in zip(prompts, params_list, adapters)]
+        for seq in seqs:
+            self.engine.add_sequence(seq)
+        try:
+            while any(not s.is_finished for s in seqs):
+                self.engine.step()
+        except BaseException:
+            for seq in seqs:
+                self.engine.abort(seq.request_id)
+            raise
+        return [self.engine.output_of(seq) for seq in seqs]
+
+
+def _is_single_prompt(prompts) -> bool:
+    """A chat (list of message dicts) or one list of token ids, as opposed to a list of prompts."""
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        return False
+    first = prompts[0]
+    return isinstance(first, dict) or isinstance(first, int)

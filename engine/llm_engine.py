@@ -1,0 +1,168 @@
+"""The engine loop, one step at a time: schedule -> run the model -> sample and stream the results."""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from .block_manager import BlockManager
+from .chat import load_tokenizer, prompt_to_token_ids
+from .config import EngineConfig
+from .detokenizer import IncrementalDetokenizer
+from .kv_budget import plan_kv_blocks
+from .metrics import EngineMetrics, MetricsSnapshot
+from .outputs import RequestMetrics, RequestOutput, StreamDelta
+from .sampler import Sampler
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+from .sequence import Sequence, SequenceStatus
+
+
+class LLMEngine:
+    """Not thread-safe: one thread calls add_sequence/step/abort (AsyncEngine runs it in its own)."""
+
+    def __init__(self, config: EngineConfig):
+        from .model_runner import ModelRunner   # heavy: torch model + weights
+
+        self.config = config
+        self.runner = ModelRunner(config)
+        self.tokenizer = load_tokenizer(config.model_path)
+        self.max_model_len: int = self.runner.max_model_len
+        self.vocab_size: int = self.runner.vocab_size
+        self.eos_token_ids = frozenset(self.runner.eos_token_ids)
+        self.generation_defaults: dict = dict(self.runner.generation_defaults)
+        num_blocks, self.kv_cache_gb = plan_kv_blocks(
+            config.kv_cache_gb, self.runner.kv_block_bytes(), config.block_size, config.max_num_seqs,
+            self.max_model_len)
+        self.runner.allocate_kv_cache(num_blocks)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        self.sampler = Sampler()
+        self.metrics = EngineMetrics(num_blocks, self.kv_cache_gb)
+        self.adapters: dict[str, int] = {}        # adapter name -> slot (LoRA)
+        self.requests: dict[str, Sequence] = {}
+        self._pending: list[StreamDelta] = []     # deltas produced outside step() (aborts)
+
+    # ---- submission -----------------------------------------------------------------------------
+    def make_sequence(self, prompt, params: SamplingParams | None = None, adapter: str | None = None,
+                      request_id: str | None = None) -> Sequence:
+        """Validate and tokenize a request; raises ValueError. Reads only immutable state, so any
+        thread may call it (the async front does, to fail before the first delta)."""
+        params = copy.deepcopy(params) if params is not None else SamplingParams()
+        params.validate()
+        params = params.with_defaults(self.generation_defaults)
+        params.validate()
+        if adapter is not None and adapter not in self.adapters:
+            raise ValueError(f"adapter {adapter!r} is not loaded")
+        token_ids = prompt_to_token_ids(self.tokenizer, prompt, self.vocab_size)
+        n = len(token_ids)
+        if n >= self.max_model_len:
+            raise ValueError(f"the prompt has {n} tokens but the context holds {self.max_model_len} "
+                             f"(prompt + at least one new token)")
+        capacity = self.block_manager.num_blocks * self.config.block_size
+        if n + 1 > capacity:
+            raise ValueError(f"the prompt has {n} tokens but the KV cache holds only {capacity} tokens "
+                             f"({self.kv_cache_gb:.2f} GiB); raise kv_cache_gb")
+        seq = Sequence(token_ids, params, request_id=request_id, adapter=adapter,
+                       adapter_slot=self.adapters.get(adapter, -1) if adapter else -1,
+                       eos_token_ids=self.eos_token_ids, max_total_tokens=self.max_model_len,
+                       metrics=RequestMetrics(arrival_time=time.monotonic()))
+        if params.seed is not None:
+            seq.generator = torch.Generator().manual_seed(params.seed)
+        seq.detokenizer = IncrementalDetokenizer(self.tokenizer, token_ids, params.stop)
+        return seq
+
+    def add_sequence(self, seq: Sequence) -> None:
+        if seq.request_id in self.requests:
+            raise ValueError(f"request id {seq.request_id!r} is already in use")
+        self.requests[seq.request_id] = seq
+        self.scheduler.add(seq)
+
+    def add_request(self, prompt, params: SamplingParams | None = None, adapter: str | None = None,
+                    request_id: str | None = None) -> Sequence:
+        seq = self.make_sequence(prompt, params, adapter, request_id)
+        self.add_sequence(seq)
+        return seq
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request now and free its blocks; its stream gets a final "abort" delta."""
+        seq = self.requests.get(request_id)
+        if seq is None or seq.is_finished:
+            return False
+        self.scheduler.finish(seq, "abort")
+        self._pending.append(self._close(seq, ""))
+        self._refresh_gauges()
+        return True
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished() or bool(self._pending)
+
+    # ---- one iteration --------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self) -> list[StreamDelta]:
+        deltas, self._pending = self._pending, []
+        chunks, overflowed = self.scheduler.schedule()
+        deltas += [self._close(seq, seq.detokenizer.flush()) for seq in overflowed]
+        prompt_tokens = generated = 0
+        if chunks:
+            logits = self.runner.execute(chunks)
+            self.scheduler.update(chunks)
+            prompt_tokens = sum(c.num_new_tokens for c in chunks if c.seq.num_output_tokens == 0
+                                or c.num_new_tokens > 1)
+            rows = [i for i, c in enumerate(chunks) if c.samples]
+            if rows:
+                seqs = [chunks[i].seq for i in rows]
+                tokens = self.sampler(logits[rows], seqs)
+                generated = len(tokens)
+                deltas += [self._append(seq, tok) for seq, tok in zip(seqs, tokens)]
+        self.metrics.record_step(prompt_tokens, generated, **self._gauges())
+        return deltas
+
+    def _append(self, seq: Sequence, token: int) -> StreamDelta:
+        now = time.monotonic()
+        seq.append_token(token)
+        seq.metrics.num_generated_tokens += 1
+        if seq.metrics.first_token_time is None:
+            seq.metrics.first_token_time = now
+        text = seq.detokenizer.add_token(token)
+        reason = None
+        if seq.detokenizer.stopped or token in seq.stop_token_ids:
+            reason = "stop"
+        elif seq.num_tokens >= seq.max_total_tokens:
+            reason = "length"
+        if reason is None:
+            seq.text += text
+            return StreamDelta(seq.request_id, text, [token], metrics=copy.copy(seq.metrics))
+        self.scheduler.finish(seq, reason)
+        return self._close(seq, text + seq.detokenizer.flush(), [token])
+
+    def _close(self, seq: Sequence, text: str, token_ids: list[int] | None = None) -> StreamDelta:
+        """Final delta of a finished sequence; the request is forgotten (its output stays on seq)."""
+        seq.text += text
+        seq.metrics.finish_time = time.monotonic()
+        self.requests.pop(seq.request_id, None)
+        return StreamDelta(seq.request_id, text, token_ids or [], finished=True,
+                           finish_reason=seq.finish_reason, metrics=copy.copy(seq.metrics))
+
+    # ---- outputs and metrics --------------------------------------------------------------------
+    @staticmethod
+    def output_of(seq: Sequence) -> RequestOutput:
+        return RequestOutput(seq.request_id, seq.prompt_token_ids, seq.output_token_ids, seq.text,
+                             seq.finish_reason or "abort", copy.copy(seq.metrics), seq.adapter)
+
+    def _gauges(self) -> dict:
+        per_adapter: dict[str, int] = {}
+        for s in self.scheduler.running:
+            per_adapter[s.adapter_key] = per_adapter.get(s.adapter_key, 0) + 1
+        return dict(kv_blocks_used=self.block_manager.num_used_blocks,
+                    prefix_cache_hit_rate=self.block_manager.hit_rate,
+                    num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting),
+                    num_preemptions=self.scheduler.num_preemptions,
+                    adapters_resident=sorted(self.adapters), running_per_adapter=per_adapter)
+
+    def _refresh_gauges(self) -> None:
+        self.metrics.update_state(**self._gauges())
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        return self.metrics.snapshot()

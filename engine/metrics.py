@@ -1,0 +1,76 @@
+"""Engine-wide counters and a frozen snapshot any thread can read cheaply (the TUI polls it)."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+WINDOW_S = 5.0   # sliding window of the tokens/s figures
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    prompt_tokens_per_s: float = 0.0
+    generation_tokens_per_s: float = 0.0
+    kv_cache_usage: float = 0.0            # used blocks / total blocks, 0..1
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+    kv_cache_gb: float = 0.0
+    prefix_cache_hit_rate: float = 0.0     # prompt tokens served from cache / prompt tokens looked up
+    num_running: int = 0
+    num_waiting: int = 0
+    num_preemptions: int = 0
+    total_prompt_tokens: int = 0           # prompt tokens computed (cache hits excluded)
+    total_generation_tokens: int = 0
+    adapters_resident: list[str] = field(default_factory=list)
+    running_per_adapter: dict[str, int] = field(default_factory=dict)
+
+
+class EngineMetrics:
+    """Written by the engine thread once per step; snapshot() may be called from any thread."""
+
+    def __init__(self, kv_blocks_total: int, kv_cache_gb: float, clock=time.monotonic):
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._events: deque[tuple[float, int, int]] = deque()   # (time, prompt tokens, generated tokens)
+        self._start = clock()
+        self._total_prompt = 0
+        self._total_gen = 0
+        self._snapshot = MetricsSnapshot(kv_blocks_total=kv_blocks_total, kv_cache_gb=kv_cache_gb)
+
+    def record_step(self, prompt_tokens: int, generated_tokens: int, **state) -> None:
+        """Add one step's token counts; `state` holds the other MetricsSnapshot fields (usage, counts...)."""
+        now = self._clock()
+        with self._lock:
+            if prompt_tokens or generated_tokens:
+                self._events.append((now, prompt_tokens, generated_tokens))
+            self._total_prompt += prompt_tokens
+            self._total_gen += generated_tokens
+            self._snapshot = self._build(now, state)
+
+    def update_state(self, **state) -> None:
+        """Refresh gauges (running/waiting, KV usage) without new tokens, e.g. after an abort."""
+        with self._lock:
+            self._snapshot = self._build(self._clock(), state)
+
+    def snapshot(self) -> MetricsSnapshot:
+        now = self._clock()
+        with self._lock:
+            # Rates decay when the engine is idle, so a reader never sees a stale figure.
+            return self._build(now, {})
+
+    def _build(self, now: float, state: dict) -> MetricsSnapshot:
+        while self._events and self._events[0][0] < now - WINDOW_S:
+            self._events.popleft()
+        span = min(WINDOW_S, max(now - self._start, 1e-3))
+        prompt = sum(e[1] for e in self._events)
+        gen = sum(e[2] for e in self._events)
+        old = self._snapshot
+        values = {f: getattr(old, f) for f in old.__dataclass_fields__}
+        values.update(state)
+        values.update(prompt_tokens_per_s=prompt / span, generation_tokens_per_s=gen / span,
+                      total_prompt_tokens=self._total_prompt, total_generation_tokens=self._total_gen)
+        if values["kv_blocks_total"]:
+            values["kv_cache_usage"] = values["kv_blocks_used"] / values["kv_blocks_total"]
+        return MetricsSnapshot(**values)

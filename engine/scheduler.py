@@ -1,0 +1,129 @@
+"""Iteration-level continuous batching: which tokens of which sequences run in the next step.
+
+Each step gets a budget of max_num_batched_tokens. Decoding sequences go first (one token each, so
+streams never stall), then prefills take what is left in chunks: partially prefilled sequences first,
+then waiting ones in arrival order while fewer than max_num_seqs run. When blocks run out, the newest
+running sequence is preempted: its blocks are freed and it is recomputed later (its prefix may still be
+cached). A sequence that cannot fit in the whole cache on its own is finished with "length".
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from .block_manager import BlockManager
+from .sequence import ScheduledChunk, Sequence, SequenceStatus
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+        self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []      # in admission order; the newest is preempted first
+        self.num_preemptions = 0
+        self.capacity_tokens = block_manager.num_blocks * block_manager.block_size
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Mark seq finished and give its blocks back at once (also used for abort)."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = seq.finish_reason or reason
+
+    def schedule(self) -> tuple[list[ScheduledChunk], list[Sequence]]:
+        """Returns (chunks to run, sequences finished here because they outgrew the whole cache)."""
+        budget = self.max_num_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        scheduled: set[int] = set()
+        overflowed: list[Sequence] = []
+        preempted_now = False
+
+        decodes = [s for s in self.running if s.is_decoding]
+        prefills = [s for s in self.running if not s.is_decoding]
+        for seq in decodes + prefills:
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue   # preempted by an earlier sequence in this loop
+            if seq.num_tokens > self.capacity_tokens:
+                self.finish(seq, "length")
+                overflowed.append(seq)
+                continue
+            num_new = min(seq.num_uncomputed_tokens, budget)
+            if not self._make_room(seq, num_new, scheduled):
+                preempted_now = True
+                continue   # seq itself was preempted
+            preempted_now |= self._preempted_in_make_room
+            self.block_manager.allocate(seq, num_new)
+            chunks.append(self._chunk(seq, num_new))
+            scheduled.add(seq.seq_id)
+            budget -= num_new
+
+        # Admit waiting sequences only when nothing had to give way this step (avoids thrashing).
+        while self.waiting and budget > 0 and not preempted_now and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            self.block_manager.match_prefix(seq)
+            remaining = seq.num_uncomputed_tokens
+            # Require room for the whole remaining prefill, so an admitted prompt is not evicted midway.
+            if self.block_manager.num_new_blocks(seq, remaining) > self.block_manager.num_free_blocks:
+                self.block_manager.free(seq)   # hand the matched blocks back while it waits
+                if not self.running:   # cannot happen for prompts accepted at submission; be safe
+                    self.waiting.popleft()
+                    self.finish(seq, "length")
+                    overflowed.append(seq)
+                    continue
+                break
+            self.block_manager.record_lookup(seq)
+            if seq.metrics.num_preemptions == 0:
+                seq.metrics.num_cached_tokens = min(seq.num_computed_tokens, seq.num_prompt_tokens)
+            num_new = min(remaining, budget)
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            self.block_manager.allocate(seq, num_new)
+            chunks.append(self._chunk(seq, num_new))
+            scheduled.add(seq.seq_id)
+            budget -= num_new
+        return chunks, overflowed
+
+    def _chunk(self, seq: Sequence, num_new: int) -> ScheduledChunk:
+        return ScheduledChunk(seq, num_new, samples=seq.num_computed_tokens + num_new == seq.num_tokens)
+
+    def _make_room(self, seq: Sequence, num_new: int, scheduled: set[int]) -> bool:
+        """Preempt the newest unscheduled running sequences until seq's chunk fits; False if seq itself went."""
+        self._preempted_in_make_room = False
+        while not self.block_manager.can_allocate(seq, num_new):
+            victim = next((s for s in reversed(self.running) if s.seq_id not in scheduled), None)
+            if victim is None:   # everything else already runs this step; cannot happen with seq unscheduled
+                victim = seq
+            self._preempt(victim)
+            self._preempted_in_make_room = True
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free seq's KV and queue it first for recompute (prompt + output so far)."""
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.metrics.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def update(self, chunks: list[ScheduledChunk]) -> None:
+        """After the model ran: the chunks' KV is written; register newly full blocks for reuse."""
+        for chunk in chunks:
+            chunk.seq.num_computed_tokens += chunk.num_new_tokens
+            self.block_manager.register_full_blocks(chunk.seq)
