@@ -1,0 +1,73 @@
+"""`llmchat run MODEL_PATH "prompt"`: stream one reply to stdout, no UI."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("run", help="print the model's reply to one prompt (non-interactive)",
+                              description="Stream the reply of a local model to one chat message.")
+    p.add_argument("model", metavar="MODEL_PATH", help="model folder (or a name from `llmchat models`)")
+    p.add_argument("prompt", help="the user message")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the model's)")
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--kv-cache-gb", type=float, default=None)
+    p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
+    p.add_argument("--raw", action="store_true", help="send the prompt as raw text, without the chat template")
+    p.add_argument("--adapter", help="LoRA adapter folder to apply")
+    p.add_argument("-v", "--verbose", action="store_true", help="print engine figures to stderr")
+
+
+def _resolve(model: str):
+    from pathlib import Path
+    path = Path(model).expanduser()
+    if path.exists():
+        return path
+    try:
+        from llmchat.engine.store import ModelStore
+        return ModelStore().resolve(model)
+    except ImportError:
+        raise FileNotFoundError(f"no model folder at {model}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from llmchat.engine import LLM, SamplingParams
+
+    llm = LLM(_resolve(args.model), dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
+              attention_backend=args.attention_backend)
+    adapter = None
+    if args.adapter:
+        if not hasattr(llm, "load_adapter"):
+            raise ValueError("this build of the engine cannot load adapters")
+        adapter = "cli"
+        llm.load_adapter(adapter, args.adapter)
+    if args.raw:
+        prompt = args.prompt
+    else:
+        prompt = ([{"role": "system", "content": args.system}] if args.system else []) + \
+                 [{"role": "user", "content": args.prompt}]
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, seed=args.seed)
+    engine = llm.engine
+    seq = engine.add_request(prompt, params, adapter=adapter)
+    while not seq.is_finished:
+        for delta in engine.step():
+            if delta.request_id == seq.request_id and delta.text:
+                sys.stdout.write(delta.text)
+                sys.stdout.flush()
+    sys.stdout.write("\n")
+    if args.verbose:
+        m, out = llm.metrics(), engine.output_of(seq)
+        rm = out.metrics
+        print(f"[{engine.runner.dtype}, attention={engine.runner.attention_backend}, KV cache "
+              f"{m.kv_cache_gb:.2f} GiB = {m.kv_blocks_total} blocks of {engine.config.block_size} tokens; "
+              f"prompt {rm.num_prompt_tokens} tokens, generated {rm.num_generated_tokens} "
+              f"({out.finish_reason}); TTFT {rm.ttft or 0:.3f} s, {rm.decode_tokens_per_s or 0:.1f} tok/s]",
+              file=sys.stderr)
+    return 0

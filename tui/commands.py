@@ -1,0 +1,44 @@
+"""Every app action, once: the command palette lists them all and the help screen shows them with keys."""
+from __future__ import annotations
+
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+# (palette title, help text, app action)
+ACTIONS: list[tuple[str, str, str]] = [
+    ("New session", "Start a new chat session", "new_session"),
+    ("Rename session", "Rename the current session", "rename_session"),
+    ("Delete session", "Delete the current session and its messages", "delete_session"),
+    ("Next session", "Switch to the next session", "next_session"),
+    ("Previous session", "Switch to the previous session", "previous_session"),
+    ("Stop generating", "Stop the reply of the current session (aborts it in the engine)", "stop"),
+    ("Regenerate reply", "Generate the last reply again", "regenerate"),
+    ("Continue reply", "Continue a reply that was cut off or stopped", "continue_reply"),
+    ("Edit last message", "Put your last message back in the input; Enter resends it", "edit_last"),
+    ("Copy last reply", "Copy the last reply to the clipboard", "copy_last_reply"),
+    ("Copy last code block", "Copy the last code block of the last reply", "copy_last_code"),
+    ("Session settings", "Model, adapter, system prompt and sampling of this session", "session_settings"),
+    ("Models", "Search, download, import and delete models and adapters", "models"),
+    ("Compare models", "Send one prompt to 2-4 models or adapters side by side", "compare"),
+    ("Open compare report", "Browse a report written by `llmchat compare`", "open_compare_report"),
+    ("Export session", "Write the session to Markdown and JSON in the exports folder", "export_session"),
+    ("Focus input", "Move the cursor to the message input", "focus_input"),
+    ("Help", "Keys, screens and where llmchat keeps its data", "help"),
+    ("Quit", "Quit llmchat", "quit"),
+]
+
+
+class ActionsProvider(Provider):
+    """One provider for all llmchat actions."""
+
+    async def discover(self) -> Hits:
+        for title, help_text, action in ACTIONS:
+            yield DiscoveryHit(title, partial(self.app.run_action, action), help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, help_text, action in ACTIONS:
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), partial(self.app.run_action, action), help=help_text)

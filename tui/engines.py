@@ -1,0 +1,141 @@
+"""One AsyncEngine per loaded model, inside a memory budget; the least recently used model goes first.
+
+Loading runs in a worker thread (it reads weights and sizes the KV cache); the event loop never waits on it.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+GB = 1024 ** 3
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: Path
+    engine: Any                          # llmchat.engine.AsyncEngine
+    weight_bytes: int
+    kv_bytes: int
+    generation_defaults: dict = field(default_factory=dict)
+    last_used: float = field(default_factory=time.monotonic)
+    active_requests: int = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.kv_bytes
+
+
+def resolve_model(name_or_path: str, data_dir: Path | None = None) -> Path:
+    """A model folder (or .gguf) on disk, or a name in the model store's library."""
+    candidate = Path(name_or_path).expanduser()
+    if candidate.exists():
+        return candidate.resolve()
+    try:
+        from llmchat.engine.store import ModelStore
+    except ImportError as exc:
+        raise FileNotFoundError(f"model {name_or_path!r} not found (no such folder)") from exc
+    return Path(ModelStore(data_dir=data_dir).resolve(name_or_path))
+
+
+def weights_size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf"))
+
+
+def read_generation_defaults(path: Path) -> dict:
+    """The model's generation_config.json as SamplingParams names (shown as defaults in settings)."""
+    file = path / "generation_config.json" if path.is_dir() else None
+    if file is None or not file.exists():
+        return {}
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return {}
+    defaults = {k: config[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty") if k in config}
+    if "max_new_tokens" in config:
+        defaults["max_tokens"] = config["max_new_tokens"]
+    if config.get("do_sample") is False:
+        defaults["temperature"] = 0.0
+    return defaults
+
+
+class EngineManager:
+    def __init__(self, memory_budget_gb: float, kv_cache_gb: float, engine_kwargs: dict | None = None,
+                 data_dir: Path | None = None, notify: Callable[[str], None] = lambda message: None) -> None:
+        self.memory_budget = int(memory_budget_gb * GB)
+        self.kv_cache_gb = kv_cache_gb
+        self.engine_kwargs = dict(engine_kwargs or {})
+        self.data_dir = data_dir
+        self.notify = notify
+        self.loaded: OrderedDict[str, LoadedModel] = OrderedDict()   # least recently used first
+        self.loading: dict[str, asyncio.Task] = {}
+
+    def key(self, name: str) -> str:
+        return str(resolve_model(name, self.data_dir))
+
+    def is_loaded(self, name: str) -> bool:
+        try:
+            return self.key(name) in self.loaded
+        except (FileNotFoundError, ValueError):
+            return False
+
+    async def get(self, name: str) -> LoadedModel:
+        """The loaded model, loading it (and unloading LRU models to fit the budget) when needed."""
+        path = await asyncio.to_thread(resolve_model, name, self.data_dir)
+        key = str(path)
+        if key in self.loaded:
+            model = self.loaded[key]
+            self.loaded.move_to_end(key)
+            model.last_used = time.monotonic()
+            return model
+        if key not in self.loading:
+            self.loading[key] = asyncio.ensure_future(self._load(name, path))
+        try:
+            return await asyncio.shield(self.loading[key])
+        finally:
+            if key in self.loading and self.loading[key].done():
+                del self.loading[key]
+
+    async def _load(self, name: str, path: Path) -> LoadedModel:
+        weight_bytes = weights_size(path)
+        kv_bytes = int(self.kv_cache_gb * GB)
+        if weight_bytes + kv_bytes > self.memory_budget:
+            raise ValueError(f"{name} needs ~{(weight_bytes + kv_bytes) / GB:.1f} GB, more than the memory budget "
+                             f"of {self.memory_budget / GB:.1f} GB (memory_budget_gb in settings.toml)")
+        await self._make_room(weight_bytes + kv_bytes)
+        from llmchat.engine import AsyncEngine   # imported here: torch loads only when a model does
+        engine = await asyncio.to_thread(AsyncEngine, str(path), kv_cache_gb=self.kv_cache_gb, **self.engine_kwargs)
+        model = LoadedModel(name=name, path=path, engine=engine, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
+                            generation_defaults=read_generation_defaults(path))
+        self.loaded[str(path)] = model
+        return model
+
+    async def _make_room(self, needed: int) -> None:
+        while self.loaded and sum(m.total_bytes for m in self.loaded.values()) + needed > self.memory_budget:
+            idle = [k for k, m in self.loaded.items() if m.active_requests == 0]
+            victim = idle[0] if idle else next(iter(self.loaded))
+            model = self.loaded.pop(victim)
+            self.notify(f"Unloaded {model.name} (least recently used) to stay within the "
+                        f"{self.memory_budget / GB:.1f} GB memory budget")
+            await model.engine.shutdown()
+
+    async def unload(self, name: str) -> None:
+        model = self.loaded.pop(self.key(name), None)
+        if model is not None:
+            await model.engine.shutdown()
+
+    async def shutdown(self) -> None:
+        while self.loaded:
+            _, model = self.loaded.popitem()
+            await model.engine.shutdown()
+
+    def metrics(self) -> list[tuple[str, Any]]:
+        """(model name, MetricsSnapshot) for every loaded model."""
+        return [(m.name, m.engine.metrics()) for m in self.loaded.values()]

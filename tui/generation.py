@@ -1,0 +1,69 @@
+"""Stream one reply from the engine into a ChatMessage. Runs as an asyncio task on the app's loop, but the
+engine computes in its own thread: this only awaits deltas, so the UI stays responsive."""
+from __future__ import annotations
+
+import time
+import uuid
+from contextlib import aclosing
+
+from .chat_state import ChatMessage, ChatSession, ReplyStats
+from .engines import EngineManager
+
+
+def sampling_params(session: ChatSession):
+    """SamplingParams from the session; unset fields stay None so the engine fills the model's defaults."""
+    from llmchat.engine.sampling_params import SamplingParams
+    s = session.settings
+    params = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                            min_p=s.min_p, seed=s.seed)
+    params.validate()
+    return params
+
+
+def stats_from(metrics, started: float, first_token_at: float | None, generated: int) -> ReplyStats:
+    """Engine metrics when present, else what the UI measured itself (an aborted request)."""
+    if metrics is not None:
+        return ReplyStats(ttft=metrics.ttft, tokens_per_s=metrics.decode_tokens_per_s,
+                          num_generated_tokens=metrics.num_generated_tokens or generated,
+                          num_prompt_tokens=metrics.num_prompt_tokens, num_cached_tokens=metrics.num_cached_tokens)
+    ttft = None if first_token_at is None else first_token_at - started
+    return ReplyStats(ttft=ttft, num_generated_tokens=generated)
+
+
+def continuation_prompt(engine, session: ChatSession, reply: ChatMessage) -> str:
+    """The chat template up to the reply, then the reply so far: the model picks up where it stopped."""
+    index = session.messages.index(reply)
+    head = engine.tokenizer.apply_chat_template(session.chat_messages(upto=index), add_generation_prompt=True,
+                                                tokenize=False)
+    return head + reply.content
+
+
+async def stream_reply(engines: EngineManager, session: ChatSession, reply: ChatMessage, continuing: bool) -> None:
+    """Fill `reply` as deltas arrive; sets finish_reason ("abort" when cancelled) and stats."""
+    model = await engines.get(session.settings.model)
+    params = sampling_params(session)
+    if continuing:
+        prompt = continuation_prompt(model.engine, session, reply)
+    else:
+        prompt = session.chat_messages(upto=session.messages.index(reply))
+    request_id = f"session{session.id}-{uuid.uuid4().hex[:8]}"
+    started, first_token_at, generated, last_metrics = time.monotonic(), None, 0, None
+    model.active_requests += 1
+    try:
+        stream = model.engine.generate(prompt, params, adapter=session.settings.adapter, request_id=request_id)
+        async with aclosing(stream):
+            async for delta in stream:
+                if delta.token_ids and first_token_at is None:
+                    first_token_at = time.monotonic()
+                generated += len(delta.token_ids)
+                reply.content += delta.text
+                last_metrics = delta.metrics or last_metrics
+                reply.stats = stats_from(last_metrics, started, first_token_at, generated)
+                if delta.finished:
+                    reply.finish_reason = delta.finish_reason or "stop"
+    finally:
+        model.active_requests -= 1
+        if reply.finish_reason is None:      # cancelled (Esc, session deleted, app closing)
+            model.engine.abort(request_id)
+            reply.finish_reason = "abort"
+            reply.stats = stats_from(last_metrics, started, first_token_at, generated)

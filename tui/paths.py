@@ -1,0 +1,31 @@
+"""Where llmchat keeps its files: platformdirs locations, overridable by env for tests and portable setups."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "llmchat"
+
+
+def data_dir() -> Path:
+    """Chats database, exports and the model library (LLMCHAT_DATA_DIR overrides)."""
+    override = os.environ.get("LLMCHAT_DATA_DIR")
+    path = Path(override) if override else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def config_dir() -> Path:
+    """settings.toml (LLMCHAT_CONFIG_DIR overrides)."""
+    override = os.environ.get("LLMCHAT_CONFIG_DIR")
+    path = Path(override) if override else Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def exports_dir() -> Path:
+    path = data_dir() / "exports"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

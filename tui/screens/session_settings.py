@@ -1,0 +1,83 @@
+"""Per-session settings: model, adapter, system prompt and sampling. Empty fields = the model's defaults."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import ModalScreen
+from textual.suggester import SuggestFromList
+from textual.widgets import Button, Input, Label, TextArea
+
+from ..chat_state import SessionSettings
+
+# field, label, type
+NUMBER_FIELDS = [("temperature", "Temperature", float), ("top_p", "Top-p", float), ("top_k", "Top-k", int),
+                 ("min_p", "Min-p", float), ("max_tokens", "Max tokens", int), ("seed", "Seed", int)]
+
+
+def parse_number(label: str, text: str, kind: type):
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{label} must be {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+
+
+class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="settings.cancel"),
+                Binding("ctrl+s", "save", "Save", id="settings.save")]
+
+    def __init__(self, settings: SessionSettings, models: list[str], adapters: list[str], defaults: dict) -> None:
+        super().__init__(classes="dialog-screen")
+        self.settings, self.models, self.adapters, self.defaults = settings, models, adapters, defaults
+
+    def compose(self):
+        s = self.settings
+        with VerticalScroll(classes="dialog wide", id="settings-form"):
+            yield Label("Session settings", classes="dialog-title")
+            yield Label("Model (library name or folder / .gguf path)")
+            yield Input(s.model, id="model", suggester=SuggestFromList(self.models, case_sensitive=False))
+            yield Label("Adapter (LoRA name; empty = base model)")
+            yield Input(s.adapter or "", id="adapter", suggester=SuggestFromList(self.adapters, case_sensitive=False))
+            yield Label("System prompt")
+            yield TextArea(s.system_prompt, id="system_prompt", soft_wrap=True)
+            for name, label, _ in NUMBER_FIELDS:
+                with Horizontal(classes="form-row"):
+                    yield Label(label, classes="form-label")
+                    value = getattr(s, name)
+                    default = self.defaults.get(name)
+                    hint = f"model default: {default}" if default is not None else "model default"
+                    yield Input("" if value is None else str(value), placeholder=hint, id=name)
+            yield Label("", id="settings-error", classes="error")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Save (ctrl+s)", variant="primary", id="save")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def collect(self) -> SessionSettings:
+        values = {name: parse_number(label, self.query_one(f"#{name}", Input).value, kind)
+                  for name, label, kind in NUMBER_FIELDS}
+        settings = replace(self.settings, model=self.query_one("#model", Input).value.strip(),
+                           adapter=self.query_one("#adapter", Input).value.strip() or None,
+                           system_prompt=self.query_one("#system_prompt", TextArea).text.strip(), **values)
+        from llmchat.engine.sampling_params import SamplingParams   # same validation the engine applies
+        SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
+                       top_k=settings.top_k, min_p=settings.min_p, seed=settings.seed).validate()
+        return settings
+
+    def action_save(self) -> None:
+        try:
+            self.dismiss(self.collect())
+        except ValueError as exc:
+            self.query_one("#settings-error", Label).update(str(exc))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.action_save()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_save() if event.button.id == "save" else self.dismiss(None)

@@ -1,0 +1,69 @@
+"""App settings in TOML: read with tomllib, written with tomli-w.
+
+A malformed or invalid file never crashes the app and is never overwritten silently: loading returns
+defaults plus a message for the user, and the store refuses to save until the file is fixed.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import tomli_w
+
+
+@dataclass
+class Settings:
+    default_model: str = ""              # name in the library or a folder path; "" = none yet
+    memory_budget_gb: float = 8.0        # weights + KV of all loaded models; LRU model unloaded beyond it
+    kv_cache_gb: float = 0.5             # KV cache per loaded model
+    system_prompt: str = ""              # default for new sessions
+    max_tokens: int = 512                # default for new sessions
+    theme: str = "textual-dark"
+    engine_kwargs: dict = field(default_factory=dict)   # extra AsyncEngine keyword arguments
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Settings":
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
+        settings = cls(**data)
+        for name, expected in (("memory_budget_gb", (int, float)), ("kv_cache_gb", (int, float)),
+                               ("max_tokens", int), ("default_model", str), ("system_prompt", str),
+                               ("theme", str), ("engine_kwargs", dict)):
+            value = getattr(settings, name)
+            if not isinstance(value, expected) or isinstance(value, bool):
+                raise ValueError(f"{name} has the wrong type ({type(value).__name__})")
+        if settings.memory_budget_gb <= 0 or settings.kv_cache_gb <= 0 or settings.max_tokens <= 0:
+            raise ValueError("memory_budget_gb, kv_cache_gb and max_tokens must be positive")
+        return settings
+
+
+class SettingsStore:
+    """Loads and saves settings.toml; `problem` holds the message when the file could not be used."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problem: str | None = None
+
+    def load(self) -> Settings:
+        self.problem = None
+        if not self.path.exists():
+            return Settings()
+        try:
+            with self.path.open("rb") as handle:
+                return Settings.from_dict(tomllib.load(handle))
+        except (tomllib.TOMLDecodeError, ValueError, TypeError, UnicodeDecodeError) as exc:
+            self.problem = (f"{self.path} could not be used ({exc}); using defaults. "
+                            "Fix or delete the file: llmchat will not overwrite it.")
+            return Settings()
+
+    def save(self, settings: Settings) -> None:
+        """Write the settings; refused (ValueError) while the file on disk is malformed."""
+        if self.problem is not None:
+            raise ValueError(f"settings not saved: {self.path} is malformed; fix or delete it first")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".toml.tmp")
+        tmp.write_text(tomli_w.dumps(asdict(settings)), encoding="utf-8")
+        tmp.replace(self.path)

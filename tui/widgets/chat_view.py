@@ -1,0 +1,53 @@
+"""The conversation of the selected session; follows the growing reply once per frame."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from ..chat_state import ChatSession
+from .message_view import MessageView
+
+
+class ChatView(VerticalScroll):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.session: ChatSession | None = None
+
+    def label_for(self, message) -> str:
+        if message.role == "user":
+            return "You"
+        who = Path(message.model).name if message.model else "Assistant"
+        return who + (f" + {message.adapter}" if message.adapter else "")
+
+    async def show(self, session: ChatSession | None) -> None:
+        self.session = session
+        await self.remove_children()
+        if session is None:
+            await self.mount(Static("No session. Press ctrl+n to start one.", classes="empty-hint"))
+            return
+        if not session.messages:
+            hint = f"New chat with {Path(session.settings.model).name or 'no model'}. Type below and press Enter."
+            await self.mount(Static(hint, classes="empty-hint"))
+        await self.mount_all([MessageView(m, self.label_for(m)) for m in session.messages])
+        self.scroll_end(animate=False)
+
+    async def sync(self) -> None:
+        """Mount views for new messages and stream new text into existing ones."""
+        if self.session is None:
+            return
+        views = list(self.query(MessageView))
+        if len(views) != len(self.session.messages) or any(
+                v.message is not m for v, m in zip(views, self.session.messages)):
+            await self.show(self.session)
+            return
+        at_end = self.scroll_offset.y >= self.max_scroll_y - 1
+        changed = False
+        for view in views[-2:]:           # only the newest messages change while streaming
+            changed |= await view.sync()
+        if changed and at_end:
+            self.scroll_end(animate=False)
+
+    def message_views(self) -> list[MessageView]:
+        return list(self.query(MessageView))

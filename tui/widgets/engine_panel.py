@@ -1,0 +1,52 @@
+"""Live engine telemetry: generation tok/s with a sparkline, prompt tok/s, KV usage, prefix hits, queue."""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from textual.containers import Vertical
+from textual.widgets import Label, ProgressBar, Sparkline, Static
+
+HISTORY = 60   # samples kept for the sparkline
+
+
+class EnginePanel(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.history: deque[float] = deque([0.0] * HISTORY, maxlen=HISTORY)
+
+    def compose(self):
+        yield Label("Engine", classes="panel-title")
+        yield Static("no model loaded", id="engine-models")
+        yield Static("gen 0.0 tok/s", id="engine-gen")
+        yield Sparkline(list(self.history), id="engine-sparkline")
+        yield Static("prompt 0.0 tok/s", id="engine-prompt")
+        yield Label("KV cache", classes="engine-label")
+        yield ProgressBar(total=1, show_eta=False, id="engine-kv")
+        yield Static("0/0 blocks", id="engine-kv-blocks")
+        yield Static("prefix hits 0%", id="engine-prefix")
+        yield Static("running 0 · waiting 0", id="engine-queue")
+
+    def show(self, snapshots: list[tuple[str, Any]], loading: list[str]) -> None:
+        """Aggregate the snapshots of all loaded engines (one per model)."""
+        gen = sum(s.generation_tokens_per_s for _, s in snapshots)
+        prompt = sum(s.prompt_tokens_per_s for _, s in snapshots)
+        used = sum(s.kv_blocks_used for _, s in snapshots)
+        total = sum(s.kv_blocks_total for _, s in snapshots)
+        hit_rates = [s.prefix_cache_hit_rate for _, s in snapshots]
+        running = sum(s.num_running for _, s in snapshots)
+        waiting = sum(s.num_waiting for _, s in snapshots)
+        self.history.append(gen)
+        names = [name for name, _ in snapshots]
+        models = ", ".join(names) if names else "no model loaded"
+        if loading:
+            models += "\nloading " + ", ".join(loading) + "…"
+        self.query_one("#engine-models", Static).update(models)
+        self.query_one("#engine-gen", Static).update(f"gen {gen:.1f} tok/s")
+        self.query_one("#engine-sparkline", Sparkline).data = list(self.history)
+        self.query_one("#engine-prompt", Static).update(f"prompt {prompt:.1f} tok/s")
+        self.query_one("#engine-kv", ProgressBar).update(total=max(total, 1), progress=used)
+        self.query_one("#engine-kv-blocks", Static).update(f"{used}/{total} blocks")
+        rate = sum(hit_rates) / len(hit_rates) if hit_rates else 0.0
+        self.query_one("#engine-prefix", Static).update(f"prefix hits {rate * 100:.0f}%")
+        self.query_one("#engine-queue", Static).update(f"running {running} · waiting {waiting}")

@@ -1,0 +1,108 @@
+"""One chat message: role header, Markdown body (streamed while the reply grows) and the stats line."""
+from __future__ import annotations
+
+import re
+
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Label, Markdown, Static
+
+from ..chat_state import ChatMessage
+
+CODE_BLOCK = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def code_blocks(text: str) -> list[str]:
+    """Fenced code blocks of a message, an unterminated last block included (a cut-off reply)."""
+    return [block.rstrip("\n") for block in CODE_BLOCK.findall(text)]
+
+
+class MessageView(Vertical, can_focus=True):
+    BINDINGS = [
+        Binding("c", "copy_message", "Copy", id="message.copy"),
+        Binding("y", "copy_code", "Copy code", id="message.copy_code"),
+        Binding("e", "edit", "Edit & resend", id="message.edit"),
+    ]
+
+    class EditRequested(Message):
+        def __init__(self, message: ChatMessage) -> None:
+            super().__init__()
+            self.message = message
+
+    def __init__(self, message: ChatMessage, label: str) -> None:
+        super().__init__(classes=f"message -{message.role}")
+        self.message = message
+        self.label = label
+        self.shown = ""          # text already handed to the Markdown widget
+        self.shown_status = None
+        self._stream = None
+
+    def compose(self):
+        yield Label(self.label, classes="message-role")
+        yield Markdown(self.message.content, classes="message-body")
+        yield Static("", classes="message-stats")
+
+    def on_mount(self) -> None:
+        self.shown = self.message.content
+        self.update_status()
+
+    def status_text(self) -> str:
+        m = self.message
+        if m.role != "assistant":
+            return ""
+        parts = [m.stats.line()] if m.stats else []
+        if m.finish_reason is None:
+            parts.append("generating…" if m.content else "waiting for the first token…")
+        elif m.finish_reason == "length":
+            parts.append("cut off (max tokens): ctrl+o continues")
+        elif m.finish_reason == "abort":
+            parts.append("stopped: ctrl+o continues")
+        elif m.finish_reason == "error":
+            parts.append("error")
+        return " · ".join(parts)
+
+    def update_status(self) -> None:
+        status = self.status_text()
+        if status != self.shown_status:
+            self.shown_status = status
+            self.query_one(".message-stats", Static).update(status)
+
+    async def sync(self) -> bool:
+        """Bring the widget up to the message text; True if anything changed. Called once per frame."""
+        self.update_status()
+        text = self.message.content
+        if text == self.shown:
+            return False
+        body = self.query_one(".message-body", Markdown)
+        if text.startswith(self.shown):
+            if self._stream is None:
+                self._stream = Markdown.get_stream(body)
+            await self._stream.write(text[len(self.shown):])
+        else:
+            await body.update(text)
+        self.shown = text
+        return True
+
+    async def on_unmount(self) -> None:
+        if self._stream is not None:
+            await self._stream.stop()
+
+    def action_copy_message(self) -> None:
+        self.app.copy_to_clipboard(self.message.content)
+        self.notify("Message copied to the clipboard")
+
+    def action_copy_code(self) -> None:
+        blocks = code_blocks(self.message.content)
+        if not blocks:
+            self.notify("No code block in this message", severity="warning")
+            return
+        self.app.copy_to_clipboard(blocks[-1])
+        more = f" (last of {len(blocks)})" if len(blocks) > 1 else ""
+        self.notify(f"Code block copied{more}")
+
+    def action_edit(self) -> None:
+        if self.message.role != "user":
+            self.notify("Only your own messages can be edited", severity="warning")
+            return
+        self.post_message(self.EditRequested(self.message))
