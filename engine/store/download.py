@@ -1,0 +1,122 @@
+"""Resumable transfer of one blob into the HF cache, with progress, cancel and verification.
+
+huggingface_hub 2.x retries a dropped connection within one call but deletes its temporary file on any
+failure, so a cancelled or killed download would start over. We keep `<etag>.llmchat-partial` next to
+the blobs instead, continue it with an HTTP Range request, check size and hash, then rename it to the blob
+name huggingface_hub expects; hf_hub_download then only links it into the snapshot.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from .types import CorruptDownloadError, DownloadCancelled, DownloadProgress, OfflineError
+
+CHUNK = 1 << 20
+MAX_RETRIES = 5
+
+
+class Tracker:
+    """Aggregates bytes over a whole pull and calls the progress callback (at most ~10 times/s)."""
+
+    def __init__(self, repo_id: str, num_files: int, total: int, done: int,
+                 callback: Callable[[DownloadProgress], None] | None):
+        self.repo_id, self.num_files, self.total, self.done = repo_id, num_files, total, done
+        self.callback, self.filename, self.index = callback, "", 0
+        self.start, self.start_done, self.last = time.monotonic(), done, 0.0
+
+    def begin(self, filename: str, index: int) -> None:
+        self.filename, self.index = filename, index
+        self.emit(force=True)
+
+    def add(self, n: int) -> None:
+        self.done += n
+        self.emit()
+
+    def emit(self, force: bool = False, finished: bool = False) -> None:
+        now = time.monotonic()
+        if self.callback is None or (not force and not finished and now - self.last < 0.1):
+            return
+        self.last = now
+        elapsed = now - self.start
+        rate = (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else None
+        self.callback(DownloadProgress(self.repo_id, self.filename, self.index, self.num_files, self.done,
+                                       self.total, rate, 0.0 if finished else eta, finished))
+
+
+def verify(path: Path, etag: str, expected_size: int | None, filename: str) -> None:
+    """Size, then hash: a 64-hex etag is the LFS sha256, a 40-hex one the git blob sha1."""
+    size = path.stat().st_size
+    if expected_size is not None and size != expected_size:
+        raise CorruptDownloadError(f"{filename}: got {size} bytes, the Hub announced {expected_size}")
+    if re.fullmatch(r"[0-9a-f]{64}", etag):
+        digest = hashlib.sha256()
+    elif re.fullmatch(r"[0-9a-f]{40}", etag):
+        digest = hashlib.sha1(b"blob %d\0" % size)
+    else:
+        return  # an etag that is not a content hash: the size check is all we can do
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    if digest.hexdigest() != etag:
+        raise CorruptDownloadError(f"{filename}: checksum mismatch (expected {etag}, got {digest.hexdigest()})")
+
+
+def fetch_blob(url: str, partial: Path, expected_size: int | None, headers: dict, tracker: Tracker,
+               cancel: threading.Event | None, filename: str) -> None:
+    """Download `url` into `partial`, continuing what is there; retries dropped connections."""
+    import httpx2
+    from huggingface_hub.utils import get_session, hf_raise_for_status
+
+    from .hub import hub_errors, timeout
+
+    failures = 0
+    while True:
+        have = partial.stat().st_size if partial.exists() else 0
+        if expected_size is not None and have > expected_size:
+            partial.unlink()  # longer than the file: not ours to continue
+            tracker.add(-have)
+            have = 0
+        if expected_size is not None and have == expected_size:
+            return
+        request_headers = dict(headers)
+        if have:
+            request_headers["Range"] = f"bytes={have}-"
+        try:
+            with hub_errors(filename):
+                with get_session().stream("GET", url, headers=request_headers,
+                                          timeout=httpx2.Timeout(timeout() * 3, connect=timeout())) as resp:
+                    hf_raise_for_status(resp)
+                    mode = "ab"
+                    if have and resp.status_code == 200:  # server ignored Range: start over
+                        tracker.add(-have)
+                        mode = "wb"
+                    with open(partial, mode) as f:
+                        for chunk in resp.iter_bytes():  # as received: a drop loses nothing
+                            if cancel is not None and cancel.is_set():
+                                raise DownloadCancelled("download cancelled; run pull again to resume")
+                            f.write(chunk)
+                            tracker.add(len(chunk))
+                            failures = 0
+            if expected_size is None:
+                return
+            if partial_size(partial) < expected_size:  # body ended early without a transport error
+                raise OfflineError(f"{filename}: connection closed early")
+        except OfflineError:
+            failures += 1
+            if failures > MAX_RETRIES:
+                raise
+            time.sleep(min(0.5 * failures, 3.0))
+
+
+def partial_size(partial: Path) -> int:
+    try:
+        return os.path.getsize(partial)
+    except OSError:
+        return 0
