@@ -62,6 +62,7 @@ class LlmChatApp(ChatActions, ScreenActions, App):
         self.current_id: int | None = None
         self.replies: dict[int, ChatMessage] = {}      # session id -> reply being generated
         self.reply_workers: dict[int, object] = {}
+        self.requests: dict[int, tuple] = {}            # session id -> (engine, request id) in flight
         self.editing: ChatMessage | None = None
         self.startup_model = model
         self.show_welcome = show_welcome

@@ -1,14 +1,28 @@
 """Entry point of `llmchat` without a subcommand."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from .engines import resolve_model
 from .paths import data_dir
 
 
+def prepare_model(model: str) -> str:
+    """Check `--model` before the screen opens; a .gguf file is imported into the library first."""
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        from llmchat.engine.store import ModelStore
+        print(f"llmchat: importing {path.name} (GGUF) into the library…", file=sys.stderr)
+        imported = ModelStore(data_dir=data_dir()).import_path(path)
+        return imported.name
+    resolve_model(model, data_dir())    # FileNotFoundError / StoreError with a clear message
+    return str(path.resolve()) if path.exists() else model
+
+
 def run_app(model: str | None = None) -> int:
     if model is not None:
-        # Fail before the screen opens: a clear message on stderr instead of a broken app.
-        resolve_model(model, data_dir())
+        model = prepare_model(model)
     from .app import LlmChatApp
     LlmChatApp(model=model).run()
     return 0

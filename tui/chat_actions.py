@@ -57,13 +57,15 @@ class ChatActions:
 
     async def _run_reply(self, session: ChatSession, reply: ChatMessage, continuing: bool) -> None:
         try:
-            await stream_reply(self.engines, session, reply, continuing)
+            await stream_reply(self.engines, session, reply, continuing,
+                               on_request=lambda engine, rid: self.requests.__setitem__(session.id, (engine, rid)))
         except EXPECTED_ERRORS as exc:
             reply.finish_reason = "error"
             self.notify(str(exc), title="Generation failed", severity="error", timeout=10)
         finally:
             self.replies.pop(session.id, None)
             self.reply_workers.pop(session.id, None)
+            self.requests.pop(session.id, None)
             if reply.finish_reason == "error" and not reply.content:
                 if reply in session.messages:
                     session.messages.remove(reply)
@@ -80,8 +82,16 @@ class ChatActions:
             self.notify("Edit cancelled")
             return
         session = self.current
-        if session is not None and session.id in self.reply_workers:
-            self.reply_workers[session.id].cancel()
+        if session is not None:
+            self.stop_reply(session.id)
+
+    def stop_reply(self, session_id: int) -> None:
+        """Abort in the engine (the stream then ends with "abort"); cancel if no request exists yet."""
+        if session_id in self.requests:
+            engine, request_id = self.requests[session_id]
+            engine.abort(request_id)
+        elif session_id in self.reply_workers:
+            self.reply_workers[session_id].cancel()
 
     def _idle_session(self) -> ChatSession | None:
         session = self.current

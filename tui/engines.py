@@ -32,14 +32,8 @@ class LoadedModel:
 
 
 def resolve_model(name_or_path: str, data_dir: Path | None = None) -> Path:
-    """A model folder (or .gguf) on disk, or a name in the model store's library."""
-    candidate = Path(name_or_path).expanduser()
-    if candidate.exists():
-        return candidate.resolve()
-    try:
-        from llmchat.engine.store import ModelStore
-    except ImportError as exc:
-        raise FileNotFoundError(f"model {name_or_path!r} not found (no such folder)") from exc
+    """The folder to load: a library name or repo id (model store), or a model folder path."""
+    from llmchat.engine.store import ModelStore
     return Path(ModelStore(data_dir=data_dir).resolve(name_or_path))
 
 

@@ -38,7 +38,8 @@ def continuation_prompt(engine, session: ChatSession, reply: ChatMessage) -> str
     return head + reply.content
 
 
-async def stream_reply(engines: EngineManager, session: ChatSession, reply: ChatMessage, continuing: bool) -> None:
+async def stream_reply(engines: EngineManager, session: ChatSession, reply: ChatMessage, continuing: bool,
+                       on_request=lambda engine, request_id: None) -> None:
     """Fill `reply` as deltas arrive; sets finish_reason ("abort" when cancelled) and stats."""
     model = await engines.get(session.settings.model)
     params = sampling_params(session)
@@ -51,6 +52,7 @@ async def stream_reply(engines: EngineManager, session: ChatSession, reply: Chat
     model.active_requests += 1
     try:
         stream = model.engine.generate(prompt, params, adapter=session.settings.adapter, request_id=request_id)
+        on_request(model.engine, request_id)     # lets Esc abort in the engine
         async with aclosing(stream):
             async for delta in stream:
                 if delta.token_ids and first_token_at is None:

@@ -1,7 +1,6 @@
-"""Browse a report written by `llmchat compare`: prompts down the side, one column per model."""
+"""Browse a `llmchat compare` report (schema llmchat.compare/1): prompts on the left, one column per model."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from textual.binding import Binding
@@ -11,17 +10,23 @@ from textual.widgets import Footer, Header, Label, ListItem, ListView, Markdown,
 
 
 def load_report(path: str | Path) -> dict:
-    """{"prompts": [{"prompt": str, "results": [{"model", "adapter", "text", "stats"}]}]} from the JSON report."""
-    data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or not isinstance(data.get("prompts"), list):
-        raise ValueError("not a compare report (no 'prompts' list)")
-    return data
+    from llmchat.engine.compare.schema import load_report as load   # validates the schema
+    return load(Path(path).expanduser())
 
 
-def stats_text(stats: dict | None) -> str:
-    if not stats:
-        return ""
-    return " · ".join(f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}" for k, v in stats.items())
+def result_stats(result: dict) -> str:
+    parts = []
+    if result.get("ttft") is not None:
+        parts.append(f"TTFT {result['ttft'] * 1000:.0f} ms")
+    if result.get("decode_tok_s") is not None:
+        parts.append(f"{result['decode_tok_s']:.1f} tok/s")
+    parts.append(f"{result.get('generated_tokens', 0)} tokens")
+    parts.append(f"{result.get('cached_tokens', 0)}/{result.get('prompt_tokens', 0)} cached")
+    if result.get("finish_reason") not in (None, "stop"):
+        parts.append(str(result["finish_reason"]))
+    if result.get("scores"):
+        parts.append(", ".join(f"{k}={v}" for k, v in result["scores"].items()))
+    return " · ".join(parts)
 
 
 class CompareReportScreen(Screen):
@@ -34,27 +39,35 @@ class CompareReportScreen(Screen):
     def compose(self):
         yield Header()
         with Horizontal():
-            items = [ListItem(Label(str(p.get("prompt", ""))[:60])) for p in self.report["prompts"]]
+            items = [ListItem(Label(str(p.get("display") or p.get("prompt") or "")[:60]))
+                     for p in self.report["prompts"]]
             yield ListView(*items, id="report-prompts")
-            yield Horizontal(id="report-columns")
+            with Vertical():
+                yield Static("", id="report-prompt")
+                yield Horizontal(id="report-columns")
         yield Footer()
 
-    async def on_mount(self) -> None:
-        if self.report["prompts"]:
-            await self.show_prompt(0)
+    def on_mount(self) -> None:
+        run = self.report.get("run", {})
+        self.sub_title = f"compare report · {len(self.report['models'])} models · {run.get('generated_at', '')}"
 
     async def on_list_view_highlighted(self, event: ListView.Highlighted) -> None:
         if event.list_view.index is not None:
             await self.show_prompt(event.list_view.index)
 
     async def show_prompt(self, index: int) -> None:
-        entry = self.report["prompts"][index]
+        prompt = self.report["prompts"][index]
+        self.query_one("#report-prompt", Static).update(
+            f"[b]Prompt {index + 1}:[/b] {prompt.get('prompt') or prompt.get('display') or ''}")
         columns = self.query_one("#report-columns", Horizontal)
         await columns.remove_children()
-        for result in entry.get("results", []):
-            title = str(result.get("model", "?")) + (f" + {result['adapter']}" if result.get("adapter") else "")
-            column = Vertical(Label(title, classes="compare-title"),
-                              VerticalScroll(Markdown(str(result.get("text", "")))),
-                              Static(stats_text(result.get("stats")), classes="compare-stats"),
-                              classes="compare-column")
-            await columns.mount(column)
+        results = self.report["results"][index] or {}
+        for model in self.report["models"]:
+            result = results.get(model["id"])
+            if result is None:
+                body, stats = f"*{model.get('error') or 'not run'}*", model.get("status", "")
+            else:
+                body, stats = result.get("text") or f"*{result.get('error') or ''}*", result_stats(result)
+            await columns.mount(Vertical(Label(model["id"], classes="compare-title"),
+                                         VerticalScroll(Markdown(body)),
+                                         Static(stats, classes="compare-stats"), classes="compare-column"))
