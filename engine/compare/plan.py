@@ -67,11 +67,19 @@ def build_variants(models: list[str], adapters: list[str] | None = None) -> list
     variants: list[Variant] = []
     used: set[str] = set()
     for model in dict.fromkeys(models):   # a model given twice runs once
-        variants.append(Variant(_unique(model, used), model))
+        label = _label(model)
+        variants.append(Variant(_unique(label, used), model))
         for path in dict.fromkeys(by_model[model]):
-            name = Path(path.rstrip("/\\")).name or "adapter"
-            variants.append(Variant(_unique(f"{model}+{name}", used), model, path))
+            variants.append(Variant(_unique(f"{label}+{_label(path, force=True)}", used), model, path))
     return variants
+
+
+def _label(name: str, force: bool = False) -> str:
+    """Short column label: a local folder by its name; library names and repo ids as given."""
+    path = Path(name.rstrip("/\\")).expanduser()
+    if force or path.exists():
+        return path.name or name
+    return name
 
 
 def _unique(label: str, used: set[str]) -> str:
