@@ -10,10 +10,16 @@ SUMMARY_HEADER = ["model", "status", "requests", "errors", "TTFT mean", "TTFT p5
                   "exact match", "contains"]
 
 
+# Control characters (random or broken outputs have them) shown as their Unicode pictures: U+2400 + code.
+_CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)} | {0x7F: 0x2421}
+
+
 def md_cell(text: str) -> str:
-    """Text safe inside one table cell: HTML-escaped (answers may contain <tags>), pipes and newlines escaped."""
+    """Text safe inside one table cell: HTML-escaped (answers may contain <tags>), pipes escaped,
+    newlines as <br>, other control characters (\\r, form feed, ...) as visible symbols."""
+    text = text.translate(_CONTROL_PICTURES)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return text.replace("|", "\\|").replace("\r\n", "\n").replace("\n", "<br>")
+    return text.replace("|", "\\|").replace("\n", "<br>")
 
 
 def summary_row(model: dict, s: dict) -> list[str]:

@@ -32,7 +32,8 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, Path]:
 def to_csv(report: dict) -> str:
     """One row per prompt x model, also for models that did not run (error column says why)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    # RFC 4180 line ends: with them the writer quotes any field holding \r or \n, so rows stay rows
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     models = {m["id"]: m for m in report["models"]}
     for prompt, row in zip(report["prompts"], report["results"]):

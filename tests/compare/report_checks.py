@@ -16,8 +16,11 @@ from llmchat.engine.compare.schema import load_report
 TIMING_KEYS = ("ttft", "decode_tok_s", "prompt_tok_s")
 
 
+_PICTURES_BACK = {0x2400 + c: c for c in range(0x20)} | {0x2421: 0x7F}
+
+
 def md_unescape(cell: str) -> str:
-    return html.unescape(cell.replace("<br>", "\n").replace("\\|", "|"))
+    return html.unescape(cell.replace("<br>", "\n").replace("\\|", "|")).translate(_PICTURES_BACK)
 
 
 def md_table_rows(lines: list[str]) -> list[list[str]]:
@@ -25,7 +28,7 @@ def md_table_rows(lines: list[str]) -> list[list[str]]:
     for line in lines:
         if line.startswith("| "):
             cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
-            rows.append([c.strip() for c in cells])
+            rows.append([c.strip(" ") for c in cells])
     return [r for r in rows if not all(c == "---" for c in r)]
 
 
@@ -33,11 +36,12 @@ def parse_markdown(text: str) -> tuple[dict, list[dict]]:
     """-> (summary rows by model id, per prompt {row label: {model id: cell}})."""
     summary_part, _, prompts_part = text.partition("## Prompts")
     summary_part = summary_part.split("## Summary", 1)[1].split("## Errors")[0]
-    header, *rows = md_table_rows(summary_part.splitlines())
+    # split on "\n" only: str.splitlines would also split on characters Markdown keeps inside a line
+    header, *rows = md_table_rows(summary_part.split("\n"))
     summary = {md_unescape(r[0]): dict(zip(header, r)) for r in rows}
     sections = []
     for block in prompts_part.split("\n### ")[1:]:
-        header_row, *body = md_table_rows(block.splitlines())
+        header_row, *body = md_table_rows(block.split("\n"))
         ids = [md_unescape(c) for c in header_row[1:]]
         sections.append({row[0].strip("*"): dict(zip(ids, row[1:])) for row in body})
     return summary, sections
@@ -89,7 +93,8 @@ def assert_report_files_agree(out_dir: Path) -> dict:
             result = row[model_id]
             if result is not None and result["error"] is None:
                 answer = section["answer"][model_id]
-                assert (md_unescape(answer) if answer != "*(empty)*" else "") == result["text"]
+                # table cells lose their outer spaces in Markdown; everything else must survive
+                assert (md_unescape(answer) if answer != "*(empty)*" else "") == result["text"].strip(" ")
                 assert section["finish"][model_id] == result["finish_reason"]
     return report
 

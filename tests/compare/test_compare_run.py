@@ -9,7 +9,7 @@ from llmchat.engine.compare.prompts import load_prompts
 from llmchat.tui.cli import main
 from report_checks import assert_report_files_agree
 
-ARGS = ["--max-tokens", "6", "--temperature", "0.8", "--top-k", "20", "--seed", "7"]
+ARGS = ["--max-tokens", "6", "--temperature", "0.8", "--top-k", "20", "--seed", "7", "--kv-cache-gb", "0.02"]
 
 
 def run_cli(models, prompt_file, out, *extra):
@@ -39,7 +39,7 @@ def test_report_agrees_and_outputs_equal_single_requests(compare_models, prompt_
     prompts, _ = load_prompts(prompt_file)
     settings = CompareSettings(max_tokens=6, temperature=0.8, top_k=20, seed=7)
     for model_id, path in (("tiny-llama", models[0]), ("tiny-qwen", models[1])):
-        llm = LLM(path)
+        llm = LLM(path, kv_cache_gb=0.02)
         for item in prompts:
             single = llm.generate([item.engine_input()], settings.sampling_params(item.index))[0]
             got = report["results"][item.index][model_id]

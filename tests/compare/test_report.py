@@ -12,7 +12,7 @@ from llmchat.engine.compare.store import ResultStore
 from llmchat.engine.compare.writers import write_report
 from report_checks import assert_report_files_agree, parse_markdown
 
-TEXTS = {"a": ["Paris", "four | <b>4</b>\nsecond line", ""], "a+lora": ["paris, France", "4", "x"]}
+TEXTS = {"a": ["Paris", "four | <b>4</b>\nsecond line", ""], "a+lora": ["paris, France", "4", " \x0c\r\\|x\x1c\x85 \u2028e&amp;nd\t"]}
 
 
 @pytest.fixture
