@@ -3,7 +3,6 @@ the transformers reference. Test-only stand-ins with the fields ModelRunner read
 ScheduledChunk, so these tests depend on the model side only."""
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass, field
 
@@ -92,12 +91,11 @@ def hf_last_logits(model, ids: list[int]) -> torch.Tensor:
 @torch.inference_mode()
 def hf_greedy(model, ids: list[int], max_new: int) -> tuple[list[int], list[torch.Tensor]]:
     """transformers' generate, greedy, EOS ignored so every run has exactly max_new tokens."""
-    config = copy.deepcopy(model.generation_config)
-    config.eos_token_id = None
-    config.do_sample = False
+    model.generation_config.eos_token_id = None  # this test-local model instance never stops early
     out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                         generation_config=config, max_new_tokens=max_new, output_logits=True,
+                         do_sample=False, max_new_tokens=max_new, output_logits=True,
                          return_dict_in_generate=True)
+    assert out.sequences.shape[1] == len(ids) + max_new
     return out.sequences[0, len(ids):].tolist(), [row[0].float() for row in out.logits]
 
 
