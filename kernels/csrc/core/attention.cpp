@@ -1,0 +1,145 @@
+// Paged attention: plans work tiles (query tokens x kv head x key range), runs them on the caller's
+// threads with a shared atomic counter (dynamic balance), and merges flash-decoding splits.
+#include <algorithm>
+#include <atomic>
+
+#include "attention_tile.h"
+
+namespace llmchat {
+namespace {
+
+using attn::Tile;
+
+constexpr int kMaxTileRows = 64;      // query rows (tokens x group heads) per tile
+constexpr int kMinSplitTokens = 256;  // never split a key range into parts shorter than this
+
+struct Merge {
+  int q_begin, num_q, kv_head, num_parts;
+  int64_t first_partial, partial_stride;
+};
+
+struct Plan {
+  std::vector<Tile> tiles;
+  std::vector<Merge> merges;
+  int64_t partial_floats = 0;
+};
+
+Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
+  const int G = a.num_q_heads / a.num_kv_heads, tile_q = std::max(1, kMaxTileRows / G);
+  int64_t base_units = 0;
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
+    base_units += int64_t(a.num_kv_heads) * ((q_len + tile_q - 1) / tile_q);
+  }
+  // Too few tiles to keep every thread busy: split long key ranges (flash-decoding).
+  const int64_t want = 8 * int64_t(num_threads);
+  const int64_t factor = (num_threads > 1 && base_units > 0 && base_units < want) ? (want + base_units - 1) / base_units : 1;
+
+  Plan plan;
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int q0 = a.query_start_loc[s], q_len = a.query_start_loc[s + 1] - q0;
+    const int first = a.seq_lens[s] - q_len;
+    for (int t0 = 0; t0 < q_len; t0 += tile_q) {
+      const int nq = std::min(tile_q, q_len - t0), p0 = first + t0, p1 = p0 + nq - 1;
+      const int kv_lo = a.sliding_window > 0 ? std::max(0, p0 - a.sliding_window + 1) : 0, kv_hi = p1 + 1;
+      const int len = kv_hi - kv_lo;
+      int parts = int(std::min<int64_t>(factor, std::max(1, len / kMinSplitTokens)));
+      int chunk = len;
+      if (parts > 1) {
+        chunk = ((len + parts - 1) / parts + a.block_size - 1) / a.block_size * a.block_size;
+        parts = (len + chunk - 1) / chunk;
+      }
+      const int64_t stride = int64_t(nq) * G * (a.head_size + 2);
+      for (int h = 0; h < a.num_kv_heads; ++h) {
+        if (parts == 1) {
+          plan.tiles.push_back({s, h, q0 + t0, nq, p0, kv_lo, kv_hi, -1});
+          continue;
+        }
+        plan.merges.push_back({q0 + t0, nq, h, parts, plan.partial_floats, stride});
+        for (int i = 0; i < parts; ++i) {
+          const int b = kv_lo + i * chunk, e = std::min(kv_hi, b + chunk);
+          plan.tiles.push_back({s, h, q0 + t0, nq, p0, b, e, plan.partial_floats});
+          plan.partial_floats += stride;
+        }
+      }
+    }
+  }
+  // Largest tiles first, so the dynamic schedule ends with small ones (better balance).
+  std::stable_sort(plan.tiles.begin(), plan.tiles.end(), [](const Tile& x, const Tile& y) {
+    return int64_t(x.num_q) * (x.kv_end - x.kv_begin) > int64_t(y.num_q) * (y.kv_end - y.kv_begin);
+  });
+  return plan;
+}
+
+// Combines the parts of one split tile: out = sum_i acc_i e^(m_i - M) / sum_i l_i e^(m_i - M).
+template <typename T>
+void merge_parts(const PagedAttentionArgs& a, const Merge& mg, const float* partials) {
+  const int G = a.num_q_heads / a.num_kv_heads, D = a.head_size, rows = mg.num_q * G;
+  T* out = static_cast<T*>(a.out);
+  std::vector<float> row(D);
+  for (int r = 0; r < rows; ++r) {
+    float M = attn::kNegInf, L = 0.f;
+    for (int i = 0; i < mg.num_parts; ++i)
+      M = std::max(M, partials[mg.first_partial + i * mg.partial_stride + rows * D + 2 * r]);
+    std::fill(row.begin(), row.end(), 0.f);
+    for (int i = 0; i < mg.num_parts; ++i) {
+      const float* p = partials + mg.first_partial + i * mg.partial_stride;
+      const float mi = p[rows * D + 2 * r], li = p[rows * D + 2 * r + 1];
+      if (li == 0.f) continue;
+      const float w = std::exp(mi - M);
+      L += li * w;
+      const vec::VecF wv = vec::VecF::set1(w);
+      for (int c = 0; c < D; c += 16) vec::fma(vec::VecF::load(p + r * D + c), wv, vec::VecF::load(&row[c])).store(&row[c]);
+    }
+    const vec::VecF inv = vec::VecF::set1(L > 0.f ? 1.f / L : 0.f);
+    T* orow = out + int64_t(mg.q_begin + r / G) * a.o_stride_token + int64_t(mg.kv_head * G + r % G) * a.o_stride_head;
+    for (int c = 0; c < D; c += 16) (vec::VecF::load(&row[c]) * inv).store(orow + c);
+  }
+}
+
+template <typename T>
+using TileFn = void (*)(const PagedAttentionArgs&, const Tile&, attn::Scratch&, float*);
+
+template <typename T>
+TileFn<T> tile_fn(int head_size) {
+  switch (head_size) {  // specialized head sizes unroll fully; others take the generic loop
+    case 64: return attn::run_tile<T, 4>;
+    case 80: return attn::run_tile<T, 5>;
+    case 96: return attn::run_tile<T, 6>;
+    case 128: return attn::run_tile<T, 8>;
+    case 256: return attn::run_tile<T, 16>;
+    default: return attn::run_tile<T, 0>;
+  }
+}
+
+template <typename T>
+void run(const PagedAttentionArgs& a, const Runtime& rt) {
+  const Plan plan = plan_tiles(a, rt.num_threads);
+  std::vector<float> partials(plan.partial_floats);
+  const TileFn<T> fn = tile_fn<T>(a.head_size);
+  std::atomic<int64_t> next{0};
+  const int64_t n = int64_t(plan.tiles.size());
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(rt.num_threads, n));
+  rt.parallel_for(workers, 1, [&](int64_t, int64_t) {
+    attn::Scratch scratch;
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(a, plan.tiles[i], scratch, partials.data());
+  });
+  if (!plan.merges.empty()) {
+    rt.parallel_for(int64_t(plan.merges.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) merge_parts<T>(a, plan.merges[i], partials.data());
+    });
+  }
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionArgs& a, const Runtime& rt) {
+  if (a.num_seqs == 0) return;
+  switch (a.dtype) {
+    case DType::F32: return run<float>(a, rt);
+    case DType::BF16: return run<bf16_t>(a, rt);
+    case DType::F16: return run<fp16_t>(a, rt);
+  }
+}
+
+}  // namespace llmchat

@@ -1,0 +1,87 @@
+// SiLU-and-mul (the gated MLP activation) and the KV cache copies, plus the core's runtime helpers.
+#include <cmath>
+#include <cstring>
+
+#include "../vec/vec.h"
+#include "dispatch.h"
+
+namespace llmchat {
+namespace {
+
+using vec::VecF;
+
+// Like torch on bf16: silu(gate) is rounded to T before the multiply, the product rounded again.
+template <typename T>
+void silu_mul_row(const T* gate, const T* up, T* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    VecF s = vec::round_to<T>(vec::silu(VecF::load(gate + i)));
+    (s * VecF::load(up + i)).store(out + i);
+  }
+  for (; i < n; ++i) {
+    const float g = to_float(gate[i]);
+    const float s = to_float(from_float<T>(g / (1.0f + std::exp(-g))));
+    out[i] = from_float<T>(s * to_float(up[i]));
+  }
+}
+
+}  // namespace
+
+const char* isa_name() { return vec::kIsa; }
+
+Runtime serial_runtime() {
+  Runtime rt;
+  rt.num_threads = 1;
+  rt.parallel_for = [](int64_t n, int64_t, const std::function<void(int64_t, int64_t)>& fn) {
+    if (n > 0) fn(0, n);
+  };
+  return rt;
+}
+
+void silu_and_mul(DType dt, const void* x, int64_t x_stride, void* out, int64_t out_stride, int64_t num_tokens,
+                  int64_t inter, const Runtime& rt) {
+  dispatch_dtype(dt, [&](auto tag) {
+    using T = decltype(tag);
+    rt.parallel_for(num_tokens, grain_for(2 * inter), [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const T* row = static_cast<const T*>(x) + t * x_stride;
+        silu_mul_row(row, row + inter, static_cast<T*>(out) + t * out_stride, inter);
+      }
+    });
+  });
+}
+
+void write_kv_cache(const WriteKvArgs& a, const Runtime& rt) {
+  const int64_t es = a.elem_size, row_bytes = int64_t(a.head_size) * es;
+  const char* key = static_cast<const char*>(a.key);
+  const char* value = static_cast<const char*>(a.value);
+  char* kc = static_cast<char*>(a.key_cache);
+  char* vc = static_cast<char*>(a.value_cache);
+  rt.parallel_for(a.num_tokens, grain_for(2 * int64_t(a.num_kv_heads) * a.head_size), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t slot = a.slot_mapping[t];
+      if (slot < 0) continue;  // padding token: nothing to store
+      const int64_t block = slot / a.block_size, offset = slot % a.block_size;
+      for (int h = 0; h < a.num_kv_heads; ++h) {
+        const int64_t dst = ((block * a.num_kv_heads + h) * a.block_size + offset) * row_bytes;
+        std::memcpy(kc + dst, key + (t * a.k_stride_token + h * a.k_stride_head) * es, row_bytes);
+        std::memcpy(vc + dst, value + (t * a.v_stride_token + h * a.v_stride_head) * es, row_bytes);
+      }
+    }
+  });
+}
+
+void copy_blocks(void* const* key_caches, void* const* value_caches, int num_layers, int64_t block_bytes,
+                 const int64_t* mapping, int64_t num_pairs, const Runtime& rt) {
+  rt.parallel_for(int64_t(num_layers) * num_pairs, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t layer = i / num_pairs, src = mapping[2 * (i % num_pairs)], dst = mapping[2 * (i % num_pairs) + 1];
+      for (void* const* caches : {key_caches, value_caches}) {
+        char* base = static_cast<char*>(caches[layer]);
+        std::memmove(base + dst * block_bytes, base + src * block_bytes, block_bytes);
+      }
+    }
+  });
+}
+
+}  // namespace llmchat

@@ -1,0 +1,85 @@
+// Torch-free kernel core: raw pointers + element strides, compiled without torch so the same code
+// runs in the torch extension and in the standalone C++ test driver (native and cross-compiled).
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "../vec/dtypes.h"
+
+namespace llmchat {
+
+// How the caller runs work in parallel: fn(begin, end) over [0, n) in chunks of at least `grain`.
+// The torch binding passes at::parallel_for; tests pass a plain loop.
+using ParallelFor =
+    std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)>;
+
+struct Runtime {
+  int num_threads = 1;
+  ParallelFor parallel_for;
+};
+
+Runtime serial_runtime();  // one thread, plain loop
+const char* isa_name();    // the vector path this core was compiled for
+
+struct PagedAttentionArgs {
+  DType dtype = DType::F32;
+  const void* query = nullptr;  // [T, Hq, D]; last dim contiguous
+  int64_t q_stride_token = 0, q_stride_head = 0;
+  const void* key_cache = nullptr;    // [num_blocks, Hkv, block_size, D] contiguous
+  const void* value_cache = nullptr;  // same
+  void* out = nullptr;  // [T, Hq, D]; last dim contiguous
+  int64_t o_stride_token = 0, o_stride_head = 0;
+  const int32_t* block_tables = nullptr;  // [S, bt_stride]
+  int64_t bt_stride = 0;
+  const int32_t* seq_lens = nullptr;         // [S]
+  const int32_t* query_start_loc = nullptr;  // [S + 1]
+  int num_seqs = 0, num_q_heads = 0, num_kv_heads = 0, head_size = 0, block_size = 0;
+  float scale = 1.f;
+  int sliding_window = -1;  // > 0: a query at p sees keys at k with p - k < sliding_window
+};
+void paged_attention(const PagedAttentionArgs& a, const Runtime& rt);
+
+// x, out: [T, H] rows (row strides in elements); weight [H]. fp32 math, rounding like HF.
+void rms_norm(DType dt, const void* x, int64_t x_stride, const void* weight, void* out, int64_t out_stride,
+              int64_t num_tokens, int64_t hidden, float eps, const Runtime& rt);
+// residual += x; x = rms_norm(residual) * weight, both in place.
+void fused_add_rms_norm(DType dt, void* x, int64_t x_stride, void* residual, int64_t r_stride,
+                        const void* weight, int64_t num_tokens, int64_t hidden, float eps, const Runtime& rt);
+
+struct RotaryArgs {
+  DType dtype = DType::F32;
+  const int64_t* positions = nullptr;  // [T]
+  void* query = nullptr;               // [T, Hq, D] by strides; last dim contiguous
+  int64_t q_stride_token = 0, q_stride_head = 0;
+  void* key = nullptr;  // [T, Hkv, D]; may be null
+  int64_t k_stride_token = 0, k_stride_head = 0;
+  const float* cos_sin_cache = nullptr;  // [max_pos, rot_dim] = cat(cos, sin)
+  int64_t num_tokens = 0;
+  int num_q_heads = 0, num_kv_heads = 0, head_size = 0, rot_dim = 0;
+  bool is_neox = true;
+};
+void rotary_embedding(const RotaryArgs& a, const Runtime& rt);
+
+// x [T, 2I] -> out [T, I] = silu(x[:, :I]) * x[:, I:]
+void silu_and_mul(DType dt, const void* x, int64_t x_stride, void* out, int64_t out_stride, int64_t num_tokens,
+                  int64_t inter, const Runtime& rt);
+
+struct WriteKvArgs {
+  int elem_size = 4;
+  const void* key = nullptr;  // [T, Hkv, D] by strides
+  int64_t k_stride_token = 0, k_stride_head = 0;
+  const void* value = nullptr;
+  int64_t v_stride_token = 0, v_stride_head = 0;
+  void* key_cache = nullptr;  // [num_blocks, Hkv, block_size, D] contiguous
+  void* value_cache = nullptr;
+  const int64_t* slot_mapping = nullptr;  // [T], -1 = skip
+  int64_t num_tokens = 0;
+  int num_kv_heads = 0, head_size = 0, block_size = 0;
+};
+void write_kv_cache(const WriteKvArgs& a, const Runtime& rt);
+
+// For each layer and each (src, dst) row of mapping [num_pairs, 2]: copy one block of K and of V.
+void copy_blocks(void* const* key_caches, void* const* value_caches, int num_layers, int64_t block_bytes,
+                 const int64_t* mapping, int64_t num_pairs, const Runtime& rt);
+
+}  // namespace llmchat

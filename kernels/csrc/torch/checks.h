@@ -1,0 +1,65 @@
+// Input checks at the op boundary (never in inner loops). Failures raise Python ValueError with the
+// op name, the argument and what was expected.
+#pragma once
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "../core/kernels.h"
+
+namespace llmchat::binding {
+
+#define LLMCHAT_CHECK(cond, op, ...) TORCH_CHECK_VALUE(cond, "llmchat.kernels.", op, ": ", __VA_ARGS__)
+
+inline DType kernel_dtype(const char* op, const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::F32;
+    case at::kBFloat16: return DType::BF16;
+    case at::kHalf: return DType::F16;
+    default:
+      LLMCHAT_CHECK(false, op, name, " must be float32, bfloat16 or float16, got ", t.scalar_type());
+  }
+  return DType::F32;
+}
+
+inline void check_cpu(const char* op, const at::Tensor& t, const char* name) {
+  LLMCHAT_CHECK(t.device().is_cpu(), op, name, " must be on the CPU, got ", t.device());
+}
+
+inline void check_dim(const char* op, const at::Tensor& t, const char* name, int64_t dim) {
+  LLMCHAT_CHECK(t.dim() == dim, op, name, " must have ", dim, " dimensions, got shape ", t.sizes());
+}
+
+inline void check_dtype(const char* op, const at::Tensor& t, const char* name, at::ScalarType want) {
+  LLMCHAT_CHECK(t.scalar_type() == want, op, name, " must be ", want, ", got ", t.scalar_type());
+}
+
+inline void check_same_dtype(const char* op, const at::Tensor& t, const char* name, const at::Tensor& ref, const char* ref_name) {
+  LLMCHAT_CHECK(t.scalar_type() == ref.scalar_type(), op, name, " must have the dtype of ", ref_name, " (",
+                ref.scalar_type(), "), got ", t.scalar_type());
+}
+
+inline void check_contiguous(const char* op, const at::Tensor& t, const char* name) {
+  LLMCHAT_CHECK(t.is_contiguous(), op, name, " must be contiguous (shape ", t.sizes(), ", strides ", t.strides(), ")");
+}
+
+inline void check_last_dim_contiguous(const char* op, const at::Tensor& t, const char* name) {
+  LLMCHAT_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, name, " must be contiguous in its last dimension, got strides ",
+                t.strides());
+}
+
+inline void check_shape(const char* op, const at::Tensor& t, const char* name, at::IntArrayRef want) {
+  LLMCHAT_CHECK(t.sizes() == want, op, name, " must have shape ", want, ", got ", t.sizes());
+}
+
+// Torch's own thread pool, so kernels and torch matmuls share the same cores.
+inline Runtime torch_runtime() {
+  Runtime rt;
+  rt.num_threads = at::get_num_threads();
+  rt.parallel_for = [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    if (n <= 0) return;
+    at::parallel_for(0, n, grain, fn);
+  };
+  return rt;
+}
+
+}  // namespace llmchat::binding

@@ -1,0 +1,35 @@
+// Math built once on top of the ISA primitives: exp, sigmoid-based SiLU, rounding through a storage type.
+#pragma once
+
+namespace llmchat::vec {
+
+inline constexpr int kWidth = 16;
+
+// exp(x) with ~1e-7 relative error; x <= -88 gives exactly 0 (so masked -inf scores vanish).
+inline VecF exp(VecF x) {
+  x = min(max(x, VecF::set1(-88.0f)), VecF::set1(88.0f));
+  VecF n = round_nearest(x * VecF::set1(1.44269504088896341f));
+  VecF r = fma(n, VecF::set1(-0.693359375f), x);  // ln2 split in two for an exact reduction
+  r = fma(n, VecF::set1(2.12194440e-4f), r);
+  VecF p = VecF::set1(1.0f / 5040);
+  p = fma(p, r, VecF::set1(1.0f / 720));
+  p = fma(p, r, VecF::set1(1.0f / 120));
+  p = fma(p, r, VecF::set1(1.0f / 24));
+  p = fma(p, r, VecF::set1(1.0f / 6));
+  p = fma(p, r, VecF::set1(0.5f));
+  p = fma(p, r, VecF::set1(1.0f));
+  p = fma(p, r, VecF::set1(1.0f));
+  return p * pow2i(n);
+}
+
+inline VecF silu(VecF x) { return x / (VecF::set1(1.0f) + exp(VecF::zero() - x)); }
+
+// Rounds each lane to the precision of storage type T (what torch does between two bf16 ops).
+template <typename T> inline VecF round_to(VecF x) {
+  T tmp[kWidth];
+  x.store(tmp);
+  return VecF::load(tmp);
+}
+template <> inline VecF round_to<float>(VecF x) { return x; }
+
+}  // namespace llmchat::vec

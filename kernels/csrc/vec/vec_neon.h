@@ -1,0 +1,91 @@
+// AArch64 NEON implementation of the 16-lane fp32 vector type (four 4-lane registers).
+// bf16 stores use the BF16 extension's conversion (BFCVTN) when the target has it; fp16 is native on AArch64.
+#pragma once
+#include <arm_neon.h>
+#include "dtypes.h"
+
+namespace llmchat::vec {
+
+#if defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC) || defined(__ARM_FEATURE_BF16)
+#define LLMCHAT_NEON_BF16 1
+inline constexpr const char* kIsa = "neon+bf16";
+#else
+inline constexpr const char* kIsa = "neon";
+#endif
+
+namespace neon {
+inline float32x4_t widen_bf16(uint16x4_t x) { return vreinterpretq_f32_u32(vshll_n_u16(x, 16)); }
+inline uint16x4_t narrow_bf16(float32x4_t v) {
+#ifdef LLMCHAT_NEON_BF16
+  return vreinterpret_u16_bf16(vcvt_bf16_f32(v));
+#else
+  uint32x4_t u = vreinterpretq_u32_f32(v);
+  uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+  uint32x4_t r = vaddq_u32(u, vaddq_u32(lsb, vdupq_n_u32(0x7fff)));
+  uint32x4_t is_num = vceqq_f32(v, v);
+  r = vbslq_u32(is_num, r, vdupq_n_u32(0x7fc00000u));
+  return vshrn_n_u32(r, 16);
+#endif
+}
+}  // namespace neon
+
+struct VecF {
+  float32x4_t v[4];
+  static VecF zero() { float32x4_t z = vdupq_n_f32(0.f); return {{z, z, z, z}}; }
+  static VecF set1(float x) { float32x4_t z = vdupq_n_f32(x); return {{z, z, z, z}}; }
+  static VecF load(const float* p) { return {{vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}}; }
+  static VecF load(const bf16_t* p) {
+    uint16x8_t a = vld1q_u16(&p[0].bits), b = vld1q_u16(&p[8].bits);
+    return {{neon::widen_bf16(vget_low_u16(a)), neon::widen_bf16(vget_high_u16(a)),
+             neon::widen_bf16(vget_low_u16(b)), neon::widen_bf16(vget_high_u16(b))}};
+  }
+  static VecF load(const fp16_t* p) {
+    const float16_t* h = reinterpret_cast<const float16_t*>(p);
+    float16x8_t a = vld1q_f16(h), b = vld1q_f16(h + 8);
+    return {{vcvt_f32_f16(vget_low_f16(a)), vcvt_high_f32_f16(a), vcvt_f32_f16(vget_low_f16(b)), vcvt_high_f32_f16(b)}};
+  }
+  void store(float* p) const { for (int i = 0; i < 4; ++i) vst1q_f32(p + 4 * i, v[i]); }
+  void store(bf16_t* p) const {
+    for (int i = 0; i < 4; ++i) vst1_u16(&p[4 * i].bits, neon::narrow_bf16(v[i]));
+  }
+  void store(fp16_t* p) const {
+    float16_t* h = reinterpret_cast<float16_t*>(p);
+    for (int i = 0; i < 4; ++i) vst1_f16(h + 4 * i, vcvt_f16_f32(v[i]));
+  }
+};
+
+#define LLMCHAT_NEON_MAP2(name, intrin) \
+  inline VecF name(VecF a, VecF b) {    \
+    return {{intrin(a.v[0], b.v[0]), intrin(a.v[1], b.v[1]), intrin(a.v[2], b.v[2]), intrin(a.v[3], b.v[3])}}; \
+  }
+LLMCHAT_NEON_MAP2(operator+, vaddq_f32)
+LLMCHAT_NEON_MAP2(operator-, vsubq_f32)
+LLMCHAT_NEON_MAP2(operator*, vmulq_f32)
+LLMCHAT_NEON_MAP2(operator/, vdivq_f32)
+LLMCHAT_NEON_MAP2(max, vmaxq_f32)
+LLMCHAT_NEON_MAP2(min, vminq_f32)
+#undef LLMCHAT_NEON_MAP2
+
+inline VecF fma(VecF a, VecF b, VecF c) {
+  return {{vfmaq_f32(c.v[0], a.v[0], b.v[0]), vfmaq_f32(c.v[1], a.v[1], b.v[1]),
+           vfmaq_f32(c.v[2], a.v[2], b.v[2]), vfmaq_f32(c.v[3], a.v[3], b.v[3])}};
+}
+inline float reduce_add(VecF a) {
+  return vaddvq_f32(vaddq_f32(vaddq_f32(a.v[0], a.v[1]), vaddq_f32(a.v[2], a.v[3])));
+}
+inline float reduce_max(VecF a) {
+  return vmaxvq_f32(vmaxq_f32(vmaxq_f32(a.v[0], a.v[1]), vmaxq_f32(a.v[2], a.v[3])));
+}
+inline VecF round_nearest(VecF a) {
+  return {{vrndnq_f32(a.v[0]), vrndnq_f32(a.v[1]), vrndnq_f32(a.v[2]), vrndnq_f32(a.v[3])}};
+}
+inline VecF pow2i(VecF n) {
+  VecF r;
+  for (int i = 0; i < 4; ++i) {
+    int32x4_t e = vaddq_s32(vcvtq_s32_f32(n.v[i]), vdupq_n_s32(127));
+    r.v[i] = vreinterpretq_f32_s32(vshlq_n_s32(e, 23));
+  }
+  return r;
+}
+
+}  // namespace llmchat::vec

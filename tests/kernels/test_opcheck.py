@@ -1,0 +1,39 @@
+"""torch.library.opcheck on every op: schemas (mutation annotations), fake impls, dispatch registrations."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import llmchat.kernels  # noqa: F401  (registers the ops and their fake impls)
+from paged_batch import make_batch
+
+OPS = torch.ops.llmchat
+
+
+def attention_args():
+    b = make_batch([(1, 20), (5, 5)], 4, 2, 32, 8, torch.float32)
+    return (*b.args(), -1, torch.empty_like(b.query))
+
+
+def cases():
+    kc = torch.randn(4, 2, 8, 32)
+    rot_q, rot_k = torch.randn(3, 4 * 32), torch.randn(3, 2 * 32)
+    return {
+        "paged_attention": attention_args(),
+        "write_kv_cache": (torch.randn(3, 2, 32), torch.randn(3, 2, 32), kc, kc.clone(), torch.tensor([0, -1, 9])),
+        "copy_blocks": ([kc.clone(), kc.clone()], [kc.clone(), kc.clone()], torch.tensor([[0, 1], [2, 3]])),
+        "rms_norm": (torch.randn(3, 64), torch.randn(64), 1e-6, torch.empty(3, 64)),
+        "fused_add_rms_norm": (torch.randn(3, 64), torch.randn(3, 64), torch.randn(64), 1e-6),
+        "rotary_embedding": (torch.tensor([0, 5, 9]), rot_q, rot_k, torch.randn(16, 32), 32, True),
+        "silu_and_mul": (torch.randn(3, 64), torch.empty(3, 32)),
+    }
+
+
+@pytest.mark.parametrize("name", list(cases()))
+def test_opcheck(name):
+    torch.library.opcheck(getattr(OPS, name).default, cases()[name])
+
+
+def test_isa_reports_a_known_path():
+    assert llmchat.kernels.isa() in {"avx512+bf16", "avx512", "avx2", "neon+bf16", "neon", "scalar"}
+    assert OPS.isa() == llmchat.kernels.isa()
