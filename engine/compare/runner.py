@@ -32,21 +32,6 @@ def default_resolver(name_or_path: str) -> Path:
     return Path(ModelStore().resolve(name_or_path))
 
 
-def resolve_adapter(name_or_path: str) -> Path:
-    """An adapter folder, or the name of an adapter in the model library."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        return path.resolve()
-    try:
-        from llmchat.engine.store import ModelStore
-        found = ModelStore().find(name_or_path)
-    except ImportError:
-        found = None
-    if found is not None and found.kind == "adapter":
-        return Path(found.path)
-    raise FileNotFoundError(f"adapter folder not found: {name_or_path}")
-
-
 def default_engine(path: Path, settings):
     from llmchat.engine import LLM
     return LLM(path, dtype=settings.dtype, kv_cache_gb=settings.kv_cache_gb)
@@ -55,11 +40,10 @@ def default_engine(path: Path, settings):
 class CompareRunner:
     def __init__(self, inputs: CompareInputs, store: ResultStore, out_dir: str | Path,
                  progress: Progress | None = None, resolve: Callable[[str], Path] = default_resolver,
-                 make_engine: Callable = default_engine,
-                 resolve_adapter: Callable[[str], Path] = resolve_adapter):
+                 make_engine: Callable = default_engine):
         self.inputs, self.store, self.out_dir = inputs, store, Path(out_dir)
         self.progress = progress or (lambda done, total, what: None)
-        self.resolve, self.make_engine, self.resolve_adapter = resolve, make_engine, resolve_adapter
+        self.resolve, self.make_engine = resolve, make_engine
         self.total = len(inputs.variants) * len(inputs.prompts)
         self.done = 0
 
@@ -142,10 +126,10 @@ class CompareRunner:
         for v in variants:
             if v.adapter is None or not any(jv is v for jv, _ in jobs):
                 continue
-            try:
-                llm.load_adapter(v.adapter_name, str(self.resolve_adapter(v.adapter)))
+            try:   # the engine takes a folder or a model-store name, and checks the adapter fits
+                llm.load_adapter(v.adapter_name, v.adapter)
             except Exception as exc:  # noqa: BLE001
-                self._fail([v], "adapter", f"adapter {v.adapter!r} does not fit model {v.model!r}: {_message(exc)}")
+                self._fail([v], "adapter", f"adapter {v.adapter!r} cannot be used with {v.model!r}: {_message(exc)}")
                 jobs = [(jv, p) for jv, p in jobs if jv is not v]
         return jobs
 

@@ -28,6 +28,22 @@ def compare_models(tmp_path_factory) -> dict[str, Path]:
             "qwen": make_model(root / "tiny-qwen", "qwen2", seed=1)}
 
 
+@pytest.fixture(scope="session")
+def compare_adapter(compare_models, tmp_path_factory) -> Path:
+    """A PEFT LoRA adapter for tiny-llama with random (non-zero) weights, so it changes the answers."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(compare_models["llama"], dtype=torch.float32)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
+                        init_lora_weights=False)
+    folder = tmp_path_factory.mktemp("compare-adapter") / "tiny-lora"
+    get_peft_model(base, config).save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture
 def prompt_file(tmp_path) -> Path:
     path = tmp_path / "prompts.jsonl"

@@ -17,12 +17,14 @@ def run_cli(models, prompt_file, out, *extra):
                  *ARGS, *extra])
 
 
-def test_report_agrees_and_outputs_equal_single_requests(compare_models, prompt_file, tmp_path, capsys):
+def test_report_agrees_and_outputs_equal_single_requests(compare_models, compare_adapter, prompt_file, tmp_path,
+                                                         capsys):
     out = tmp_path / "out"
     models = [compare_models["llama"], compare_models["qwen"]]
-    assert run_cli(models, prompt_file, out) == 0
+    assert run_cli(models, prompt_file, out, "--adapters", f"{models[0]}={compare_adapter}") == 0
     report = assert_report_files_agree(out)
-    assert [m["id"] for m in report["models"]] == ["tiny-llama", "tiny-qwen"]
+    assert [m["id"] for m in report["models"]] == ["tiny-llama", "tiny-llama+tiny-lora", "tiny-qwen"]
+    assert report["models"][1]["adapter"] == str(compare_adapter)
     assert all(m["status"] == "ok" for m in report["models"]) and report["errors"] == []
     assert report["run"]["complete"] and report["run"]["settings"]["seed"] == 7
     for model_id, summary in report["summary"].items():
@@ -31,17 +33,21 @@ def test_report_agrees_and_outputs_equal_single_requests(compare_models, prompt_
         assert summary["generated_tokens"] == sum(len(r["token_ids"]) for r in rows)
         assert summary["prompt_tokens"] == sum(r["prompt_tokens"] for r in rows) > 0
         assert summary["cached_tokens"] == sum(r["cached_tokens"] for r in rows)
-    texts = {m: [row[m]["text"] for row in report["results"]] for m in ("tiny-llama", "tiny-qwen")}
-    assert texts["tiny-llama"] != texts["tiny-qwen"]
+    tokens = {m["id"]: [row[m["id"]]["token_ids"] for row in report["results"]] for m in report["models"]}
+    assert tokens["tiny-llama"] != tokens["tiny-qwen"]
+    assert tokens["tiny-llama"] != tokens["tiny-llama+tiny-lora"]          # the adapter is applied
     assert "report: " in capsys.readouterr().out
 
     # Each batched answer equals the same request run alone (same settings, seed = 7 + index).
     prompts, _ = load_prompts(prompt_file)
     settings = CompareSettings(max_tokens=6, temperature=0.8, top_k=20, seed=7)
-    for model_id, path in (("tiny-llama", models[0]), ("tiny-qwen", models[1])):
+    for model_id, path, adapter in (("tiny-llama", models[0], None), ("tiny-llama+tiny-lora", models[0], "lora"),
+                                    ("tiny-qwen", models[1], None)):
         llm = LLM(path, kv_cache_gb=0.02)
+        if adapter:
+            llm.load_adapter(adapter, compare_adapter)
         for item in prompts:
-            single = llm.generate([item.engine_input()], settings.sampling_params(item.index))[0]
+            single = llm.generate([item.engine_input()], settings.sampling_params(item.index), adapter=adapter)[0]
             got = report["results"][item.index][model_id]
             assert (got["token_ids"], got["text"], got["finish_reason"]) == (
                 single.token_ids, single.text, single.finish_reason), (model_id, item.index)
@@ -54,3 +60,52 @@ def test_same_inputs_same_outputs(compare_models, prompt_file, tmp_path):
     assert run_cli([compare_models["qwen"]], prompt_file, b) == 0
     ra, rb = (json.loads((d / "report.json").read_text()) for d in (a, b))
     assert [r["tiny-qwen"]["token_ids"] for r in ra["results"]] == [r["tiny-qwen"]["token_ids"] for r in rb["results"]]
+
+
+def test_bad_inputs_are_reported_and_the_rest_completes(compare_models, compare_adapter, tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Hello world", "expected": "Hello"}\n'
+                       '{"prompt": "broken\n'
+                       '{"messages": [{"role": "wizard", "content": "hi"}]}\n'
+                       '{"prompt": "Once upon a time"}\n', encoding="utf-8")
+    llama, qwen = str(compare_models["llama"]), str(compare_models["qwen"])
+    out = tmp_path / "out"
+    code = main(["compare", "--models", llama, "no-such-model", qwen, "--prompts", str(prompts), "--out", str(out),
+                 "--adapters", f"{qwen}={compare_adapter}", f"{llama}={tmp_path / 'missing-adapter'}", *ARGS])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "line 2: invalid JSON" in err and "line 3: messages[0] has role 'wizard'" in err
+    report = assert_report_files_agree(out)
+    status = {m["id"]: m["status"] for m in report["models"]}
+    assert status == {"tiny-llama": "ok", "tiny-llama+missing-adapter": "error", "no-such-model": "error",
+                      "tiny-qwen": "ok", "tiny-qwen+tiny-lora": "error"}
+    errors = [(e["kind"], e["line"], e["model"]) for e in report["errors"]]
+    assert errors == [("prompt", 2, None), ("prompt", 3, None), ("adapter", None, "tiny-llama+missing-adapter"),
+                      ("model", None, "no-such-model"), ("adapter", None, "tiny-qwen+tiny-lora")]
+    messages = {e["model"]: e["message"] for e in report["errors"]}
+    assert "unknown model 'no-such-model'" in messages["no-such-model"]
+    assert "adapter was trained for" in messages["tiny-qwen+tiny-lora"]
+    assert "missing-adapter" in messages["tiny-llama+missing-adapter"]
+    # The good parts ran: both valid prompts (file lines 1 and 4) on both base models.
+    assert [p["line"] for p in report["prompts"]] == [1, 4]
+    for model_id in ("tiny-llama", "tiny-qwen"):
+        assert all(row[model_id] is not None and row[model_id]["error"] is None for row in report["results"])
+        assert report["summary"][model_id]["requests"] == 2
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Errors" in md and "prompt error (line 2): invalid JSON" in md
+
+
+def test_argument_errors_exit_2_with_a_message(compare_models, prompt_file, tmp_path, capsys):
+    llama = str(compare_models["llama"])
+    base = ["compare", "--prompts", str(prompt_file), "--out", str(tmp_path / "o")]
+    assert main([*base, "--models", llama, "--adapters", "other=/x"]) == 2
+    assert "'other' is not one of --models" in capsys.readouterr().err
+    assert main([*base, "--models", llama, "--temperature", "-1"]) == 2
+    assert "temperature must be >= 0" in capsys.readouterr().err
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert main(["compare", "--models", llama, "--prompts", str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert "no usable prompts" in capsys.readouterr().err
+    assert main(["compare", "--models", llama, "--prompts", str(tmp_path / "nope.txt"), "--out", "o"]) == 2
+    assert "prompt file not found" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
