@@ -67,10 +67,10 @@ def build_variants(models: list[str], adapters: list[str] | None = None) -> list
     variants: list[Variant] = []
     used: set[str] = set()
     for model in dict.fromkeys(models):   # a model given twice runs once
-        label = _label(model)
-        variants.append(Variant(_unique(label, used), model))
+        base_id = _unique(_label(model), used)
+        variants.append(Variant(base_id, model))
         for path in dict.fromkeys(by_model[model]):
-            variants.append(Variant(_unique(f"{label}+{_label(path, force=True)}", used), model, path))
+            variants.append(Variant(_unique(f"{base_id}+{_label(path, force=True)}", used), model, path))
     return variants
 
 

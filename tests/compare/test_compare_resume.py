@@ -19,10 +19,11 @@ def complete_lines(path) -> int:
     return path.read_bytes().count(b"\n")
 
 
-def test_kill_then_resume_gives_the_same_report(compare_models, prompt_file, tmp_path):
+def test_kill_then_resume_gives_the_same_report(compare_models, compare_adapter, prompt_file, tmp_path):
     models = [str(compare_models["llama"]), str(compare_models["qwen"])]
-    argv = ["compare", "--models", *models, "--prompts", str(prompt_file), *ARGS]
-    total = len(models) * 5
+    argv = ["compare", "--models", *models, "--adapters", f"{models[0]}={compare_adapter}",
+            "--prompts", str(prompt_file), *ARGS]
+    total = 3 * 5                                  # llama, llama+adapter, qwen x 5 prompts
 
     killed = tmp_path / "killed"
     results = killed / "results.jsonl"

@@ -70,3 +70,12 @@ def test_store_complete_last_record_without_newline_is_kept(tmp_path):
     assert len(store.records) == 2 and store.skipped_lines == 1
     store.append([rec(2)])
     assert len(ResultStore(path).load().records) == 3
+
+
+def test_local_folders_are_labelled_by_name(tmp_path):
+    (tmp_path / "one" / "model").mkdir(parents=True)
+    (tmp_path / "two" / "model").mkdir(parents=True)
+    first, second = str(tmp_path / "one" / "model"), str(tmp_path / "two" / "model") + "/"
+    variants = build_variants([first, second, "org/hub-model"], [f"{second}=ad/v1"])
+    assert [v.id for v in variants] == ["model", "model#2", "model#2+v1", "org/hub-model"]
+    assert variants[1].model == second        # the model is kept exactly as given
