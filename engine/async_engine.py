@@ -50,6 +50,8 @@ class AsyncEngine:
         if self._closed:
             raise RuntimeError("the engine is shut down")
         request_id = request_id if request_id is not None else f"req-{next(_request_ids)}"
+        if adapter is not None:   # (re)load from disk in a worker thread: neither the UI nor other streams wait
+            await asyncio.to_thread(self.engine.lora.ensure, adapter)
         seq = self.engine.make_sequence(prompt, params, adapter, request_id)   # ValueError here
         sink: asyncio.Queue = asyncio.Queue()
         self._send(("add", seq, (asyncio.get_running_loop(), sink)))
@@ -64,6 +66,13 @@ class AsyncEngine:
         finally:
             if not finished:   # the consumer left early or was cancelled
                 self.abort(request_id)
+
+    async def load_adapter(self, name: str, path) -> None:
+        """Load (or replace) a LoRA adapter while other requests stream; ValueError if it does not fit."""
+        await asyncio.to_thread(self.engine.load_adapter, name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        self.engine.unload_adapter(name)
 
     def abort(self, request_id: str) -> None:
         """Abort a request from any thread; its stream ends with finish_reason "abort"."""

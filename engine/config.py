@@ -17,6 +17,8 @@ class EngineConfig:
     max_model_len: int | None = None     # None: the model's max_position_embeddings
     attention_backend: str = "kernels"   # "kernels" (C++), or "torch" (pure-torch reference, the oracle)
     num_threads: int | None = None       # torch intra-op threads; None = torch's default
+    max_adapters: int = 8                # LoRA adapters resident at once (LRU beyond that)
+    adapter_memory_gb: float = 1.0       # memory budget of resident LoRA adapters
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
@@ -30,3 +32,5 @@ class EngineConfig:
             raise ValueError(f"kv_cache_gb must be > 0, got {self.kv_cache_gb}")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+        if self.max_adapters <= 0 or self.adapter_memory_gb <= 0:
+            raise ValueError("max_adapters and adapter_memory_gb must be positive")

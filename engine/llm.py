@@ -36,6 +36,14 @@ class LLM:
     def metrics(self) -> MetricsSnapshot:
         return self.engine.metrics_snapshot()
 
+    def load_adapter(self, name: str, path) -> None:
+        """Load a PEFT LoRA adapter (folder or model-store name) under `name`; loading a name again
+        replaces it. ValueError if it does not fit the model; then nothing changes."""
+        self.engine.load_adapter(name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        self.engine.unload_adapter(name)
+
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None,
                  adapter: str | list[str | None] | None = None) -> list[RequestOutput]:
         """prompts: one prompt or a list; a prompt is text, a list of chat messages, or token ids.
@@ -49,6 +57,8 @@ class LLM:
         adapters = adapter if isinstance(adapter, list) else [adapter] * len(prompts)
         if len(params_list) != len(prompts) or len(adapters) != len(prompts):
             raise ValueError("give one SamplingParams (and adapter) for all prompts or one per prompt")
+        for name in dict.fromkeys(a for a in adapters if a is not None):
+            self.engine.lora.ensure(name)   # reload an evicted adapter here, not inside a step
         seqs = [self.engine.make_sequence(p, sp, a) for p, sp, a in zip(prompts, params_list, adapters)]
         for seq in seqs:
             self.engine.add_sequence(seq)

@@ -11,6 +11,7 @@ from .chat import load_tokenizer, prompt_to_token_ids
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .kv_budget import plan_kv_blocks
+from .lora.manager import LoraManager
 from .metrics import EngineMetrics, MetricsSnapshot
 from .outputs import RequestMetrics, RequestOutput, StreamDelta
 from .sampler import Sampler
@@ -40,7 +41,8 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
         self.metrics = EngineMetrics(num_blocks, self.kv_cache_gb)
-        self.adapters: dict[str, int] = {}        # adapter name -> slot (LoRA)
+        self.lora = LoraManager(self.runner, config.max_adapters, int(config.adapter_memory_gb * 2**30))
+        self.scheduler.on_finish = self._release_adapter
         self.requests: dict[str, Sequence] = {}
         self._pending: list[StreamDelta] = []     # deltas produced outside step() (aborts)
 
@@ -53,7 +55,7 @@ class LLMEngine:
         params.validate()
         params = params.with_defaults(self.generation_defaults)
         params.validate()
-        if adapter is not None and adapter not in self.adapters:
+        if adapter is not None and not self.lora.is_registered(adapter):
             raise ValueError(f"adapter {adapter!r} is not loaded")
         token_ids = prompt_to_token_ids(self.tokenizer, prompt, self.vocab_size)
         n = len(token_ids)
@@ -65,7 +67,6 @@ class LLMEngine:
             raise ValueError(f"the prompt has {n} tokens but the KV cache holds only {capacity} tokens "
                              f"({self.kv_cache_gb:.2f} GiB); raise kv_cache_gb")
         seq = Sequence(token_ids, params, request_id=request_id, adapter=adapter,
-                       adapter_slot=self.adapters.get(adapter, -1) if adapter else -1,
                        eos_token_ids=self.eos_token_ids, max_total_tokens=self.max_model_len,
                        metrics=RequestMetrics(arrival_time=time.monotonic()))
         if params.seed is not None:
@@ -76,6 +77,8 @@ class LLMEngine:
     def add_sequence(self, seq: Sequence) -> None:
         if seq.request_id in self.requests:
             raise ValueError(f"request id {seq.request_id!r} is already in use")
+        if seq.adapter is not None:   # pins the adapter version until the request finishes
+            seq.adapter_slot, seq.adapter_key = self.lora.acquire(seq.adapter)
         self.requests[seq.request_id] = seq
         self.scheduler.add(seq)
 
@@ -94,6 +97,20 @@ class LLMEngine:
         self._pending.append(self._close(seq, ""))
         self._refresh_gauges()
         return True
+
+    # ---- LoRA adapters (engine/lora): any thread; loading never waits for a step ------------------
+    def load_adapter(self, name: str, path) -> None:
+        """Load, or reload under the same name, a PEFT LoRA adapter (folder or model-store name)."""
+        self.lora.load(name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        """Forget an adapter; requests already running with it finish with it."""
+        self.lora.unload(name)
+
+    def _release_adapter(self, seq: Sequence) -> None:
+        if seq.adapter_slot >= 0:
+            self.lora.release(seq.adapter_slot)
+            seq.adapter_slot = -1
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self._pending)
@@ -154,12 +171,13 @@ class LLMEngine:
     def _gauges(self) -> dict:
         per_adapter: dict[str, int] = {}
         for s in self.scheduler.running:
-            per_adapter[s.adapter_key] = per_adapter.get(s.adapter_key, 0) + 1
+            if s.adapter is not None:
+                per_adapter[s.adapter] = per_adapter.get(s.adapter, 0) + 1
         return dict(kv_blocks_used=self.block_manager.num_used_blocks,
                     prefix_cache_hit_rate=self.block_manager.hit_rate,
                     num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting),
                     num_preemptions=self.scheduler.num_preemptions,
-                    adapters_resident=sorted(self.adapters), running_per_adapter=per_adapter)
+                    adapters_resident=self.lora.resident_names(), running_per_adapter=per_adapter)
 
     def _refresh_gauges(self) -> None:
         self.metrics.update_state(**self._gauges())

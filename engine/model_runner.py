@@ -132,8 +132,12 @@ class ModelRunner:
         if not self.key_caches:
             raise RuntimeError("allocate_kv_cache() must be called before execute()")
         with torch.inference_mode():
+            restore = None
+            if self.lora_manager is not None:   # LoRA: each adapter's tokens contiguous, rows restored below
+                chunks, restore = self.lora_manager.group_chunks(chunks)
             input_ids, md, rows = self.prepare(chunks)
             if self.lora_manager is not None:
                 self.lora_manager.set_step(chunks, md)
             kv = list(zip(self.key_caches, self.value_caches))
-            return self.model(input_ids, md, kv, rows)
+            logits = self.model(input_ids, md, kv, rows)
+            return logits if restore is None else logits.index_select(0, restore)

@@ -23,6 +23,7 @@ class Scheduler:
         self.running: list[Sequence] = []      # in admission order; the newest is preempted first
         self.num_preemptions = 0
         self.capacity_tokens = block_manager.num_blocks * block_manager.block_size
+        self.on_finish = None                  # callback(seq) once per finished sequence (LoRA unpins its slot)
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -33,6 +34,7 @@ class Scheduler:
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """Mark seq finished and give its blocks back at once (also used for abort)."""
+        first_finish = seq.status is not SequenceStatus.FINISHED
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
         elif seq in self.waiting:
@@ -40,6 +42,8 @@ class Scheduler:
         self.block_manager.free(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = seq.finish_reason or reason
+        if first_finish and self.on_finish is not None:
+            self.on_finish(seq)
 
     def schedule(self) -> tuple[list[ScheduledChunk], list[Sequence]]:
         """Returns (chunks to run, sequences finished here because they outgrew the whole cache)."""
