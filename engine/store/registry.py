@@ -45,11 +45,19 @@ class Registry:
             json.dump({"version": 1, "models": models}, f, indent=2, sort_keys=True)
         os.replace(tmp, self.file)  # atomic: readers never see half a file
 
-    def add(self, name: str, path: Path, source: str, owned: bool) -> None:
+    def add(self, name: str, path: Path, source: str, owned: bool, origin: dict | None = None) -> None:
+        """`origin` identifies what was imported (file path, size, mtime) so a re-import is a no-op."""
         with _LOCK:
             models = self.load()
-            models[name] = {"path": str(Path(path).resolve()), "source": source, "owned": owned}
+            models[name] = {"path": str(Path(path).resolve()), "source": source, "owned": owned,
+                            **({"origin": origin} if origin else {})}
             self._save(models)
+
+    def find_origin(self, origin: dict) -> str | None:
+        for name, entry in self.load().items():
+            if entry.get("origin") == origin:
+                return name
+        return None
 
     def remove(self, name: str) -> dict | None:
         with _LOCK:

@@ -106,16 +106,21 @@ class ModelStore:
 
     # ---- imports -------------------------------------------------------------------------------
     def import_path(self, path: str | Path, copy: bool = False, progress: ProgressFn | None = None,
-                    name: str | None = None) -> LocalModel:
-        """Register a local HF folder (copied if `copy`), or convert a .gguf file into a safetensors model."""
+                    name: str | None = None, dtype: str = "auto") -> LocalModel:
+        """Register a local HF folder (copied if `copy`), or convert a .gguf file into a safetensors model
+        (dtype "auto" = float32 below 2B parameters, else bfloat16)."""
         src = Path(path).expanduser()
         if not src.exists():
             raise FileNotFoundError(f"{src} does not exist")
         if src.is_file() and src.suffix.lower() == ".gguf":
             from .gguf_import import import_gguf
-            return import_gguf(self, src, progress=progress, name=name)
+            return import_gguf(self, src, progress=progress, name=name, dtype=dtype)
         if not src.is_dir():
             raise StoreError(f"{src}: expected a model folder or a .gguf file")
+        origin = {"path": str(src.resolve()), "copy": copy}
+        existing = self.registry.find_origin(origin)
+        if existing is not None and name in (None, existing):
+            return self._from_registry(existing, self.registry.load()[existing])
         info = describe_folder(src)
         if info.kind == "unknown":
             raise StoreError(f"{src}: not a model folder ({info.reason})")
@@ -133,7 +138,7 @@ class ModelStore:
             shutil.copytree(src, tmp)
             os.replace(tmp, target)  # the library never sees a half copy
             source = "copy"
-        self.registry.add(reg_name, target, source, owned=copy)
+        self.registry.add(reg_name, target, source, owned=copy, origin=origin)
         return self._from_registry(reg_name, {"path": str(target), "source": source})
 
     # ---- Hub -----------------------------------------------------------------------------------
