@@ -1,0 +1,155 @@
+"""`llmchat models ...`: search the Hub, pull, list, remove and import models. Humans by default, --json
+for scripts. All the work is in llmchat.engine.store.ModelStore; this file only parses and prints."""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("models", help="find, download, list, remove and import models")
+    sub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    s = sub.add_parser("search", help="search the Hugging Face Hub for models llmchat can run")
+    s.add_argument("query")
+    s.add_argument("--sort", choices=["downloads", "likes", "recent"], default="downloads")
+    s.add_argument("--limit", type=int, default=20)
+    s.add_argument("--all", action="store_true", help="also show models the engine cannot run, with why")
+    s = sub.add_parser("pull", help="download REPO[@REVISION] into the Hugging Face cache (resumable)")
+    s.add_argument("repo")
+    sub.add_parser("list", help="models in the library (HF cache + imports)")
+    s = sub.add_parser("rm", help="delete a model (imported folders are only unregistered)")
+    s.add_argument("name")
+    s = sub.add_parser("import", help="register a model folder, or convert a .gguf file")
+    s.add_argument("path")
+    s.add_argument("--copy", action="store_true", help="copy the folder into llmchat's data dir")
+    s.add_argument("--name", help="library name (default: the folder or file name)")
+    s.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="GGUF only: dtype of the written weights (auto: float32 below 2B parameters)")
+    for action in sub.choices.values():
+        action.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _bytes(n) -> str:
+    from llmchat.engine.store.pull import human_bytes
+    return "-" if n is None else human_bytes(n)
+
+
+def _params(n) -> str:
+    if not n:
+        return "-"
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return str(n)
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header)] + [line(r) for r in rows])
+
+
+class _ProgressLine:
+    """One self-rewriting stderr line (only on a terminal): file, bytes, rate, ETA."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+
+    def __call__(self, p) -> None:
+        if not self.enabled:
+            return
+        eta = "-" if p.eta_s is None else f"{int(p.eta_s) // 60}:{int(p.eta_s) % 60:02d}"
+        text = (f"{p.filename[:40]} [{p.file_index}/{p.num_files}] {_bytes(p.done_bytes)} / "
+                f"{_bytes(p.total_bytes)}  {_bytes(p.bytes_per_s)}/s  ETA {eta}")
+        sys.stderr.write("\r" + text.ljust(100)[:120] + ("\n" if p.finished else ""))
+        sys.stderr.flush()
+
+
+def _search(store, args) -> int:
+    from llmchat.engine.store.hub import unsupported_note
+    found = store.search(args.query, sort=args.sort, limit=args.limit if args.all else max(args.limit * 5, 50),
+                         include_unsupported=True)
+    shown = found[:args.limit] if args.all else [m for m in found if m.supported][:args.limit]
+    hidden = [] if args.all else [m for m in found if not m.supported]
+    if args.json:
+        print(json.dumps({"results": [m.to_dict() for m in shown],
+                          "hidden": [{"repo_id": m.repo_id, "reason": m.reason} for m in hidden]}, indent=2))
+        return 0
+    if not shown:
+        print(f"no models llmchat can run match {args.query!r}")
+    else:
+        rows = [[m.repo_id + (" (gated)" if m.gated else ""), m.architecture or "-", _params(m.num_params),
+                 _bytes(m.download_size), m.downloads if m.downloads is not None else "-",
+                 m.likes if m.likes is not None else "-", (m.last_modified or "-")[:10]]
+                + ([m.reason or "ok"] if args.all else []) for m in shown]
+        header = ["MODEL", "ARCHITECTURE", "PARAMS", "SIZE", "DOWNLOADS", "LIKES", "UPDATED"]
+        print(_table(rows, header + (["CAN RUN"] if args.all else [])))
+    if hidden:
+        print(f"\n{len(hidden)} more matched but are hidden: {unsupported_note()}. "
+              "Use --all to see them with the reason.")
+    return 0
+
+
+def _pull(store, args) -> int:
+    repo, _, rev = args.repo.partition("@")
+    cancel = threading.Event()
+    try:
+        model = store.pull(repo, revision=rev or None, progress=_ProgressLine(not args.json), cancel=cancel)
+    except KeyboardInterrupt:
+        cancel.set()
+        print(f"\ninterrupted: run `llmchat models pull {args.repo}` again to resume", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(model.to_dict(), indent=2))
+    else:
+        print(f"{model.name}: {model.architecture}, {_params(model.num_params)} parameters, "
+              f"{_bytes(model.size_bytes)} at {model.path}")
+    return 0
+
+
+def _list(store, args) -> int:
+    models = store.list()
+    if args.json:
+        print(json.dumps([m.to_dict() for m in models], indent=2))
+        return 0
+    if not models:
+        print("no models yet: `llmchat models search QUERY`, `llmchat models pull REPO` "
+              "or `llmchat models import PATH`")
+        return 0
+    rows = [[m.name, m.kind, m.architecture or "-", _params(m.num_params), m.dtype or "-",
+             m.context_length or "-", _bytes(m.size_bytes), m.source, "ok" if m.supported else m.reason]
+            for m in models]
+    print(_table(rows, ["NAME", "KIND", "ARCHITECTURE", "PARAMS", "DTYPE", "CONTEXT", "SIZE", "SOURCE", "STATUS"]))
+    return 0
+
+
+def _rm(store, args) -> int:
+    model = store.find(args.name)
+    freed = store.remove(args.name)
+    if args.json:
+        print(json.dumps({"name": model.name if model else args.name, "freed_bytes": freed}))
+    elif model is not None and model.source == "folder":
+        print(f"unregistered {model.name}; its files stay at {model.path}")
+    else:
+        print(f"removed {model.name if model else args.name}, freed {_bytes(freed)}")
+    return 0
+
+
+def _import(store, args) -> int:
+    model = store.import_path(args.path, copy=args.copy, progress=_ProgressLine(not args.json),
+                              name=args.name, dtype=args.dtype)
+    if args.json:
+        print(json.dumps(model.to_dict(), indent=2))
+    else:
+        status = "ok" if model.supported else f"cannot run: {model.reason}"
+        print(f"imported {model.name} ({model.architecture}, {_params(model.num_params)} parameters, "
+              f"{_bytes(model.size_bytes)}) at {model.path}: {status}")
+    return 0
+
+
+def run(args) -> int:
+    from llmchat.engine.store import ModelStore
+    store = ModelStore()
+    action = {"search": _search, "pull": _pull, "list": _list, "rm": _rm, "import": _import}
+    return action[args.models_command](store, args)
