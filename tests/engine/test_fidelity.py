@@ -3,20 +3,21 @@ many concurrent requests, chunked prefill, prefix-cache hits and preemption unde
 from __future__ import annotations
 
 import pytest
-from engine_helpers import LENGTHS, hf_greedy, random_prompt
+from engine_helpers import LENGTHS, hf_greedy, kv_gb_for_blocks, random_prompt
 from tiny_models import ARCHS
 
 from llmchat.engine import LLM, SamplingParams
 
-MAX_NEW = 20
+MAX_NEW = 12
 GREEDY = SamplingParams(max_tokens=MAX_NEW, temperature=0.0)
 SYSTEM = ("You are a helpful assistant. The quick brown fox jumps over the lazy dog. "
           "Language models run locally on ARM laptops and servers.")
 
 
-def assert_matches_hf(folder, outputs):
+def assert_matches_hf(folder, outputs, ignore_eos=False):
     for out in outputs:
-        assert out.token_ids == hf_greedy(folder, out.prompt_token_ids, MAX_NEW), out.request_id
+        expected = hf_greedy(folder, out.prompt_token_ids, MAX_NEW, ignore_eos)
+        assert out.token_ids == expected, out.request_id
         assert out.finish_reason in ("stop", "length")
 
 
@@ -25,9 +26,13 @@ def arch_model(request, tiny_model_dir):
     return tiny_model_dir(request.param)
 
 
+# One prompt set for the tests that need no cache sharing, so transformers runs once per prompt.
+PROMPTS = [random_prompt(n, seed=i) for i, n in enumerate(LENGTHS)]
+
+
 def test_concurrent_requests_of_different_lengths(arch_model):
     llm = LLM(arch_model, attention_backend="torch")
-    prompts = [random_prompt(n, seed=i) for i, n in enumerate(LENGTHS)]
+    prompts = PROMPTS
     outputs = llm.generate(prompts, GREEDY)
     assert_matches_hf(arch_model, outputs)
     assert [o.prompt_token_ids for o in outputs] == prompts
@@ -35,8 +40,7 @@ def test_concurrent_requests_of_different_lengths(arch_model):
 
 def test_chunked_prefill_mixed_with_decodes(arch_model):
     llm = LLM(arch_model, attention_backend="torch", max_num_batched_tokens=12)
-    prompts = [random_prompt(n, seed=10 + i) for i, n in enumerate(LENGTHS)]
-    outputs = llm.generate(prompts, GREEDY)
+    outputs = llm.generate(PROMPTS, GREEDY)
     assert_matches_hf(arch_model, outputs)
 
 
@@ -59,14 +63,13 @@ def test_prefix_cache_hits_shared_system_prompt_and_second_turn(arch_model):
 
 
 def test_small_kv_budget_forces_preemption(arch_model):
-    probe = LLM(arch_model, attention_backend="torch", max_num_seqs=1)
-    block_bytes = probe.engine.runner.kv_block_bytes()
-    # 12 blocks = 192 tokens for 8 requests of up to 120 tokens each: they must take turns.
-    llm = LLM(arch_model, attention_backend="torch", kv_cache_gb=12 * block_bytes / 2**30)
-    assert llm.metrics().kv_blocks_total == 12
-    prompts = [random_prompt(n, seed=20 + i) for i, n in enumerate(LENGTHS)]
-    outputs = llm.generate(prompts, GREEDY)
-    assert_matches_hf(arch_model, outputs)
+    # 8 blocks = 128 tokens for requests of up to 112 tokens each: they must take turns.
+    llm = LLM(arch_model, attention_backend="torch", kv_cache_gb=kv_gb_for_blocks(arch_model, 8))
+    assert llm.metrics().kv_blocks_total == 8
+    # EOS ignored so every request grows by MAX_NEW tokens whatever the random weights say.
+    outputs = llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_NEW, temperature=0.0, ignore_eos=True))
+    assert_matches_hf(arch_model, outputs, ignore_eos=True)
+    assert all(len(o.token_ids) == MAX_NEW for o in outputs)
     assert llm.metrics().num_preemptions > 0
     assert sum(o.metrics.num_preemptions for o in outputs) == llm.metrics().num_preemptions
     assert llm.metrics().kv_blocks_used == 0
@@ -87,7 +90,7 @@ def test_caching_on_and_off_give_identical_outputs(arch_model):
 
 
 def test_default_attention_backend_matches_torch_oracle(arch_model):
-    prompts = [random_prompt(n, seed=40 + i) for i, n in enumerate(LENGTHS[:4])]
+    prompts = PROMPTS[:4]
     default = LLM(arch_model, max_num_batched_tokens=16).generate(prompts, GREEDY)
     oracle = LLM(arch_model, attention_backend="torch", max_num_batched_tokens=16).generate(prompts, GREEDY)
     assert [o.token_ids for o in default] == [o.token_ids for o in oracle]
