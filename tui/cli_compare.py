@@ -66,7 +66,12 @@ def run(args: argparse.Namespace) -> int:
     store = ResultStore(results).load()
     inputs = CompareInputs(Path(args.prompts), prompts, prompt_errors, variants, settings)
     bar = ProgressBar(sys.stderr)
-    report = CompareRunner(inputs, store, out, progress=bar.update).run()
+    try:
+        report = CompareRunner(inputs, store, out, progress=bar.update).run()
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"interrupted: finished models are saved in {results}; add --resume to continue", file=sys.stderr)
+        return 130
     bar.close()
     errors = report["errors"]
     print(f"report: {out / REPORT_MD}" + (f" ({len(errors)} errors, listed in the report)" if errors else ""))
@@ -81,14 +86,15 @@ class ProgressBar:
         self.tty = hasattr(stream, "isatty") and stream.isatty()
         self.start = time.monotonic()
         self.last = ""
+        self.drawn = 0                 # width of the line on screen, to blank a longer previous one
 
     def update(self, done: int, total: int, what: str) -> None:
         filled = self.width * done // total if total else self.width
         line = f"[{'#' * filled}{'-' * (self.width - filled)}] {done}/{total} {what}"
         if self.tty:
-            elapsed = time.monotonic() - self.start
-            self.stream.write("\r" + f"{line}  {elapsed:.0f}s"[:120].ljust(len(self.last)))
-            self.last = line
+            text = f"{line}  {time.monotonic() - self.start:.0f}s"[:120]
+            self.stream.write("\r" + text.ljust(self.drawn))
+            self.last, self.drawn = line, len(text)
         elif line != self.last:
             self.stream.write(f"compare: {done}/{total} {what}\n")
             self.last = line

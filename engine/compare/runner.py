@@ -80,9 +80,12 @@ class CompareRunner:
         for model, variants in self._by_model().items():
             try:
                 paths[model] = Path(self.resolve(model))
-            except Exception as exc:  # noqa: BLE001 - any failure here is "this model can't be used"
+            except FileNotFoundError as exc:
                 paths[model] = None
                 self._fail(variants, "model", f"unknown model {model!r}: {_message(exc)}")
+            except Exception as exc:  # noqa: BLE001 - found but unusable (unsupported, incomplete, ...)
+                paths[model] = None
+                self._fail(variants, "model", f"model {model!r} cannot be used: {_message(exc)}")
             for v in variants:
                 self.inputs.status.setdefault(v.id, VariantStatus()).path = (
                     None if paths[model] is None else str(paths[model]))
@@ -97,24 +100,28 @@ class CompareRunner:
 
     def _run_model(self, path: Path, variants: list[Variant]) -> None:
         jobs = [(v, p) for v in variants for p in self.inputs.prompts if self._key(v, p) not in self.store]
+        name = variants[0].id                     # the base model's short label
         if not jobs:
             self._mark_ok(variants)
             return
-        self.progress(self.done, self.total, f"loading {variants[0].model}")
+        self.progress(self.done, self.total, f"loading {name}")
         try:
             llm = self.make_engine(path, self.inputs.settings)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a model that fails to load must not stop the others
             self._fail(variants, "model", f"cannot load model {variants[0].model!r}: {_message(exc)}")
             return
         try:
             jobs = self._load_adapters(llm, variants, jobs)
-            self.progress(self.done, self.total, f"generating {variants[0].model} ({len(jobs)} requests)")
+            self.progress(self.done, self.total, f"generating {name} ({len(jobs)} requests)")
             outputs = self._generate(llm, jobs)
             records = [self._record(v, p, path, out) for (v, p), out in zip(jobs, outputs)]
             self.store.append(records)
             self.done += len(records)
             self._mark_ok([v for v in variants if self.inputs.status[v.id].status != "error"])
-            self.progress(self.done, self.total, f"finished {variants[0].model}")
+            self.progress(self.done, self.total, f"finished {name}")
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: record it, go on with the next model
+            running = [v for v in variants if self.inputs.status[v.id].status != "error"]
+            self._fail(running, "model", f"model {variants[0].model!r} failed while generating: {_message(exc)}")
         finally:
             close = getattr(llm, "shutdown", None) or getattr(llm, "close", None)
             if callable(close):

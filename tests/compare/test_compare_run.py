@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 from llmchat.engine import LLM
 from llmchat.engine.compare.plan import CompareSettings
@@ -69,8 +70,12 @@ def test_bad_inputs_are_reported_and_the_rest_completes(compare_models, compare_
                        '{"messages": [{"role": "wizard", "content": "hi"}]}\n'
                        '{"prompt": "Once upon a time"}\n', encoding="utf-8")
     llama, qwen = str(compare_models["llama"]), str(compare_models["qwen"])
+    broken = tmp_path / "broken-llama"           # config and weights disagree: found, but fails to load
+    shutil.copytree(llama, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "intermediate_size": 100}))
     out = tmp_path / "out"
-    code = main(["compare", "--models", llama, "no-such-model", qwen, "--prompts", str(prompts), "--out", str(out),
+    code = main(["compare", "--models", llama, "no-such-model", str(broken), qwen, "--prompts", str(prompts), "--out", str(out),
                  "--adapters", f"{qwen}={compare_adapter}", f"{llama}={tmp_path / 'missing-adapter'}", *ARGS])
     assert code == 1
     err = capsys.readouterr().err
@@ -78,12 +83,14 @@ def test_bad_inputs_are_reported_and_the_rest_completes(compare_models, compare_
     report = assert_report_files_agree(out)
     status = {m["id"]: m["status"] for m in report["models"]}
     assert status == {"tiny-llama": "ok", "tiny-llama+missing-adapter": "error", "no-such-model": "error",
-                      "tiny-qwen": "ok", "tiny-qwen+tiny-lora": "error"}
+                      "broken-llama": "error", "tiny-qwen": "ok", "tiny-qwen+tiny-lora": "error"}
     errors = [(e["kind"], e["line"], e["model"]) for e in report["errors"]]
     assert errors == [("prompt", 2, None), ("prompt", 3, None), ("adapter", None, "tiny-llama+missing-adapter"),
-                      ("model", None, "no-such-model"), ("adapter", None, "tiny-qwen+tiny-lora")]
+                      ("model", None, "no-such-model"), ("model", None, "broken-llama"),
+                      ("adapter", None, "tiny-qwen+tiny-lora")]
     messages = {e["model"]: e["message"] for e in report["errors"]}
     assert "unknown model 'no-such-model'" in messages["no-such-model"]
+    assert messages["broken-llama"].startswith(f"cannot load model {str(broken)!r}: ")
     assert "adapter was trained for" in messages["tiny-qwen+tiny-lora"]
     assert "missing-adapter" in messages["tiny-llama+missing-adapter"]
     # The good parts ran: both valid prompts (file lines 1 and 4) on both base models.
@@ -109,3 +116,30 @@ def test_argument_errors_exit_2_with_a_message(compare_models, prompt_file, tmp_
     assert main(["compare", "--models", llama, "--prompts", str(tmp_path / "nope.txt"), "--out", "o"]) == 2
     assert "prompt file not found" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_each_engine_is_freed_before_the_next_model_loads(compare_models, prompt_file, tmp_path):
+    import weakref
+
+    from llmchat.engine.compare import CompareSettings, build_variants, load_prompts
+    from llmchat.engine.compare.report import CompareInputs
+    from llmchat.engine.compare.runner import CompareRunner
+    from llmchat.engine.compare.store import ResultStore
+
+    engines = []
+
+    def make_engine(path, settings):
+        alive = [ref for ref in engines if ref() is not None]
+        assert not alive, "the previous model's engine is still in memory"
+        llm = LLM(path, kv_cache_gb=settings.kv_cache_gb)
+        engines.append(weakref.ref(llm.engine))
+        return llm
+
+    prompts, errors = load_prompts(prompt_file)
+    inputs = CompareInputs(prompt_file, prompts, errors,
+                           build_variants([str(compare_models["llama"]), str(compare_models["qwen"])]),
+                           CompareSettings(max_tokens=2, kv_cache_gb=0.02))
+    out = tmp_path / "out"
+    report = CompareRunner(inputs, ResultStore(out / "results.jsonl"), out, make_engine=make_engine).run()
+    assert len(engines) == 2 and engines[-1]() is None
+    assert all(m["status"] == "ok" for m in report["models"])
