@@ -50,22 +50,23 @@ class Tracker:
                                        self.total, rate, 0.0 if finished else eta, finished))
 
 
-def verify(path: Path, etag: str, expected_size: int | None, filename: str) -> None:
-    """Size, then hash: a 64-hex etag is the LFS sha256, a 40-hex one the git blob sha1."""
+def verify(path: Path, expected_size: int | None, filename: str, sha256: str | None = None,
+           git_oid: str | None = None) -> None:
+    """Size, then the content hash the Hub lists for the file: LFS sha256, else the git blob sha1."""
     size = path.stat().st_size
     if expected_size is not None and size != expected_size:
         raise CorruptDownloadError(f"{filename}: got {size} bytes, the Hub announced {expected_size}")
-    if re.fullmatch(r"[0-9a-f]{64}", etag):
-        digest = hashlib.sha256()
-    elif re.fullmatch(r"[0-9a-f]{40}", etag):
-        digest = hashlib.sha1(b"blob %d\0" % size)
+    if sha256:
+        digest, want = hashlib.sha256(), sha256
+    elif git_oid and re.fullmatch(r"[0-9a-f]{40}", git_oid):
+        digest, want = hashlib.sha1(b"blob %d\0" % size), git_oid
     else:
-        return  # an etag that is not a content hash: the size check is all we can do
+        return  # no content hash known: the size check is all we can do
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
             digest.update(chunk)
-    if digest.hexdigest() != etag:
-        raise CorruptDownloadError(f"{filename}: checksum mismatch (expected {etag}, got {digest.hexdigest()})")
+    if digest.hexdigest() != want:
+        raise CorruptDownloadError(f"{filename}: checksum mismatch (expected {want}, got {digest.hexdigest()})")
 
 
 def fetch_blob(url: str, partial: Path, expected_size: int | None, headers: dict, tracker: Tracker,

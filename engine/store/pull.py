@@ -52,12 +52,12 @@ def _fetch_json(repo_id: str, filename: str, commit: str) -> dict | None:
         return None
 
 
-def plan(repo_id: str, revision: str | None) -> tuple[str, str, list[str], dict[str, int | None]]:
-    """(commit, kind, files, sizes) or UnsupportedModelError with the reason, before any download."""
+def plan(repo_id: str, revision: str | None) -> tuple[str, str, list[str], dict]:
+    """(commit, kind, files, siblings by name) or UnsupportedModelError with the reason, before any download."""
     with hub_errors(repo_id, revision):
         info = api().model_info(repo_id, revision=revision, files_metadata=True, timeout=timeout())
         names = [s.rfilename for s in info.siblings or []]
-        sizes = {s.rfilename: (s.lfs.size if s.lfs else s.size) for s in info.siblings or []}
+        siblings = {s.rfilename: s for s in info.siblings or []}
         kind, files = select_files(names)
         if kind == "adapter":
             reason = "" if "adapter_model.safetensors" in names else \
@@ -71,7 +71,7 @@ def plan(repo_id: str, revision: str | None) -> tuple[str, str, list[str], dict[
                 reason = architecture_reason(config)
     if reason:
         raise UnsupportedModelError(f"{repo_id} cannot be used: {reason}")
-    return info.sha, kind, files, sizes
+    return info.sha, kind, files, siblings
 
 
 def pull(store, repo_id: str, revision: str | None, progress=None,
@@ -84,7 +84,8 @@ def pull(store, repo_id: str, revision: str | None, progress=None,
         if snap is not None:
             return snap  # already complete: offline is no reason to fail
         raise
-    commit, kind, files, sizes = plan(repo_id, revision)
+    commit, kind, files, siblings = plan(repo_id, revision)
+    sizes = {n: (s.lfs.size if s.lfs else s.size) for n, s in siblings.items()}
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
@@ -120,7 +121,9 @@ def pull(store, repo_id: str, revision: str | None, progress=None,
             file_headers.pop("authorization", None)  # signed CDN urls must not get the token
         fetch_blob(meta.location, partial, meta.size, file_headers, tracker, cancel, name)
         try:
-            verify(partial, meta.etag, meta.size, name)
+            sib = siblings.get(name)
+            verify(partial, meta.size, name, sha256=sib.lfs.sha256 if sib and sib.lfs else None,
+                   git_oid=sib.blob_id if sib else None)
         except CorruptDownloadError as exc:
             partial.unlink(missing_ok=True)
             raise CorruptDownloadError(f"{repo_id}: {exc}; the bad file was removed, run pull again") from None

@@ -108,9 +108,10 @@ def test_gated_repo_needs_token_and_token_is_not_stored(store, hub, tiny_model_d
         assert not p.is_file() or GOOD_TOKEN.encode() not in p.read_bytes()
 
 
-def test_corrupted_file_detected_and_not_listed(store, hub, tiny_model_dir):
+@pytest.mark.parametrize("bad", ["model.safetensors", "tokenizer.json"])  # LFS sha256 / git blob sha1
+def test_corrupted_file_detected_and_not_listed(store, hub, tiny_model_dir, bad):
     hub.add(FakeRepo.from_folder("org/tiny", tiny_model_dir("llama")))
-    hub.corrupt.add("model.safetensors")
+    hub.corrupt.add(bad)
     with pytest.raises(CorruptDownloadError, match="checksum mismatch"):
         store.pull("org/tiny")
     assert all(not m.supported for m in store.list())
@@ -189,3 +190,25 @@ def test_no_route_fails_fast(store, monkeypatch):
         store.search("x")
     with pytest.raises(OfflineError, match="cannot reach"):
         store.pull("org/x")
+
+
+def test_hf_hub_cache_honoured(hub_env, hub, tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))
+    hub.add(FakeRepo.from_folder("org/tiny", tiny_model_dir("llama")))
+    model = ModelStore().pull("org/tiny")
+    assert (tmp_path / "elsewhere") in model.path.parents
+
+
+def test_two_revisions_remove_old_keeps_shared_blobs(store, hub, tiny_model_dir):
+    repo = hub.add(FakeRepo.from_folder("org/tiny", tiny_model_dir("llama")))
+    old = store.pull("org/tiny")
+    repo.files["generation_config.json"] = b'{"do_sample": false, "eos_token_id": 2}'
+    repo.sha = "b" * 40  # a new commit on main that changes one small file
+    new = store.pull("org/tiny")
+    names = sorted(m.name for m in store.list())
+    assert names == ["org/tiny", f"org/tiny@{old.revision[:12]}"]
+    assert store.resolve("org/tiny") == new.path
+    freed = store.remove(f"org/tiny@{old.revision[:12]}")
+    assert 0 < freed < 2000  # only the old generation_config blob: the weights are shared
+    assert (new.path / "model.safetensors").read_bytes()
+    assert [m.name for m in store.list()] == ["org/tiny"] and store.list()[0].supported
