@@ -1,0 +1,97 @@
+"""The grouped LoRA compute equals a per-token reference, for fused and plain projections, any token order."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from llmchat.engine.lora.compute import add_lora_deltas, build_site_weights, segments_from_runs
+from llmchat.engine.lora.manager import LoraManager
+
+OUT_SIZES = [48, 16, 16]          # a fused qkv: three slices
+IN = 32
+
+
+def random_slices(g: torch.Generator, rank: int, targeted: list[bool]):
+    """Per slice: (out0, out1, A [r, in], scaled B [out_i, r]) or None when the slice is not targeted."""
+    slices, out0 = [], 0
+    for size, on in zip(OUT_SIZES, targeted):
+        if on:
+            a = torch.randn(rank, IN, generator=g)
+            b = torch.randn(size, rank, generator=g) * 0.5
+            slices.append((out0, out0 + size, a, b))
+        else:
+            slices.append(None)
+        out0 += size
+    return slices
+
+
+def per_token_reference(x, base_out, token_slots, slices_by_slot):
+    """The obvious (slow) definition: each token gets its own adapter's delta on each targeted slice."""
+    out = base_out.clone()
+    for t, slot in enumerate(token_slots):
+        if slot < 0:
+            continue
+        for s in slices_by_slot[slot]:
+            if s is not None:
+                out0, out1, a, b = s
+                out[t, out0:out1] += (x[t] @ a.T) @ b.T
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_grouped_deltas_equal_per_token_reference(seed):
+    g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    targets = [[True, True, True], [True, False, True], [False, True, False]]
+    ranks = [4, 8, 2]
+    slices_by_slot = [random_slices(g, r, t) for r, t in zip(ranks, targets)]
+    slices_by_slot.append([None, None, None])                 # slot 3: an adapter with no LoRA here
+    by_slot = [build_site_weights(s) for s in slices_by_slot]
+    # Chunks in arbitrary order, adapters repeated and interleaved with the base model (-1).
+    runs = [(rng.choice([-1, 0, 1, 2, 3]), rng.randint(1, 5)) for _ in range(9)]
+    token_slots = [slot for slot, n in runs for _ in range(n)]
+    x = torch.randn(len(token_slots), IN, generator=g)
+    out = torch.randn(len(token_slots), sum(OUT_SIZES), generator=g)
+    expected = per_token_reference(x, out, token_slots, slices_by_slot)
+    add_lora_deltas(x, out, segments_from_runs(runs), by_slot)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_segments_merge_adjacent_runs_of_one_adapter_and_drop_base():
+    runs = [(-1, 3), (0, 1), (0, 2), (1, 1), (-1, 2), (0, 1)]
+    assert segments_from_runs(runs) == [(0, 3, 6), (1, 6, 7), (0, 9, 10)]
+    assert segments_from_runs([(-1, 4)]) == []
+
+
+def test_untargeted_projection_has_no_weights():
+    assert build_site_weights([None, None]) is None
+
+
+@dataclass
+class _Seq:
+    adapter_slot: int
+
+
+@dataclass
+class _Chunk:
+    seq: _Seq
+    num_new_tokens: int = 1
+
+
+def test_group_chunks_makes_adapters_contiguous_and_restores_row_order():
+    slots = [2, -1, 0, 2, -1, 0, 1]
+    chunks = [_Chunk(_Seq(s)) for s in slots]
+    grouped, restore = LoraManager.group_chunks(chunks)
+    assert [c.seq.adapter_slot for c in grouped] == sorted(slots)
+    rows = torch.tensor([[float(c.seq.adapter_slot), float(i)] for i, c in enumerate(grouped)])
+    back = rows.index_select(0, restore)
+    assert [grouped[int(i)] for i in back[:, 1]] == chunks   # row i belongs to chunk i again
+
+
+def test_group_chunks_keeps_sorted_batches_untouched():
+    chunks = [_Chunk(_Seq(s)) for s in (-1, -1, 0, 3)]
+    grouped, restore = LoraManager.group_chunks(chunks)
+    assert grouped is chunks and restore is None
