@@ -1,0 +1,116 @@
+// Scalar reference for every kernel of the core: plain loops, no vector types, no threads, written
+// for clarity. The standalone test driver checks each ISA path of the core against these.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "../core/kernels.h"
+
+namespace llmchat::reference {
+
+template <typename T> inline float ld(const void* p, int64_t i) { return to_float(static_cast<const T*>(p)[i]); }
+template <typename T> inline void st(void* p, int64_t i, float v) { static_cast<T*>(p)[i] = from_float<T>(v); }
+template <typename T> inline float rnd(float v) { return to_float(from_float<T>(v)); }
+
+// Two-pass softmax over every visible key of each query row (uses seq-len scratch: fine for a reference).
+template <typename T>
+void paged_attention(const PagedAttentionArgs& a) {
+  const int G = a.num_q_heads / a.num_kv_heads, D = a.head_size, bs = a.block_size;
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int q0 = a.query_start_loc[s], q_len = a.query_start_loc[s + 1] - q0, ctx = a.seq_lens[s];
+    for (int i = 0; i < q_len; ++i) {
+      const int pos = ctx - q_len + i;
+      for (int h = 0; h < a.num_q_heads; ++h) {
+        const int kvh = h / G;
+        std::vector<float> scores(pos + 1, -INFINITY);
+        float mx = -INFINITY;
+        for (int k = 0; k <= pos; ++k) {
+          if (a.sliding_window > 0 && pos - k >= a.sliding_window) continue;
+          const int64_t row = ((int64_t(a.block_tables[s * a.bt_stride + k / bs]) * a.num_kv_heads + kvh) * bs + k % bs) * D;
+          float dot = 0.f;
+          for (int d = 0; d < D; ++d)
+            dot += ld<T>(a.query, (q0 + i) * a.q_stride_token + h * a.q_stride_head + d) * ld<T>(a.key_cache, row + d);
+          scores[k] = dot * a.scale;
+          mx = std::max(mx, scores[k]);
+        }
+        std::vector<float> acc(D, 0.f);
+        float sum = 0.f;
+        for (int k = 0; k <= pos; ++k) {
+          if (scores[k] == -INFINITY) continue;
+          const float p = std::exp(scores[k] - mx);
+          sum += p;
+          const int64_t row = ((int64_t(a.block_tables[s * a.bt_stride + k / bs]) * a.num_kv_heads + kvh) * bs + k % bs) * D;
+          for (int d = 0; d < D; ++d) acc[d] += p * ld<T>(a.value_cache, row + d);
+        }
+        for (int d = 0; d < D; ++d) st<T>(a.out, (q0 + i) * a.o_stride_token + h * a.o_stride_head + d, acc[d] / sum);
+      }
+    }
+  }
+}
+
+template <typename T>
+void rms_norm(const void* x, int64_t xs, const void* w, void* out, int64_t os, int64_t n, int64_t H, float eps) {
+  for (int64_t t = 0; t < n; ++t) {
+    float ss = 0.f;
+    for (int64_t i = 0; i < H; ++i) ss += ld<T>(x, t * xs + i) * ld<T>(x, t * xs + i);
+    const float inv = 1.0f / std::sqrt(ss / float(H) + eps);
+    for (int64_t i = 0; i < H; ++i) st<T>(out, t * os + i, ld<T>(w, i) * rnd<T>(ld<T>(x, t * xs + i) * inv));
+  }
+}
+
+template <typename T>
+void fused_add_rms_norm(void* x, int64_t xs, void* r, int64_t rs, const void* w, int64_t n, int64_t H, float eps) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < H; ++i) st<T>(r, t * rs + i, ld<T>(x, t * xs + i) + ld<T>(r, t * rs + i));
+  rms_norm<T>(r, rs, w, x, xs, n, H, eps);
+}
+
+template <typename T>
+void rotary_embedding(const RotaryArgs& a) {
+  const int half = a.rot_dim / 2;
+  auto rotate = [&](void* base, int64_t off, const float* cos, const float* sin) {
+    for (int i = 0; i < half; ++i) {
+      const int64_t i1 = a.is_neox ? i : 2 * i, i2 = a.is_neox ? i + half : 2 * i + 1;
+      const float x1 = ld<T>(base, off + i1), x2 = ld<T>(base, off + i2);
+      st<T>(base, off + i1, x1 * cos[i] - x2 * sin[i]);
+      st<T>(base, off + i2, x2 * cos[i] + x1 * sin[i]);
+    }
+  };
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    const float* cos = a.cos_sin_cache + a.positions[t] * a.rot_dim;
+    for (int h = 0; h < a.num_q_heads; ++h) rotate(a.query, t * a.q_stride_token + h * a.q_stride_head, cos, cos + half);
+    for (int h = 0; a.key && h < a.num_kv_heads; ++h) rotate(a.key, t * a.k_stride_token + h * a.k_stride_head, cos, cos + half);
+  }
+}
+
+template <typename T>
+void silu_and_mul(const void* x, int64_t xs, void* out, int64_t os, int64_t n, int64_t I) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < I; ++i) {
+      const float g = ld<T>(x, t * xs + i);
+      st<T>(out, t * os + i, rnd<T>(g / (1.0f + std::exp(-g))) * ld<T>(x, t * xs + I + i));
+    }
+}
+
+inline void write_kv_cache(const WriteKvArgs& a) {
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    if (a.slot_mapping[t] < 0) continue;
+    const int64_t b = a.slot_mapping[t] / a.block_size, o = a.slot_mapping[t] % a.block_size, bytes = a.head_size * a.elem_size;
+    for (int h = 0; h < a.num_kv_heads; ++h) {
+      const int64_t dst = ((b * a.num_kv_heads + h) * a.block_size + o) * bytes;
+      std::memcpy(static_cast<char*>(a.key_cache) + dst, static_cast<const char*>(a.key) + (t * a.k_stride_token + h * a.k_stride_head) * a.elem_size, bytes);
+      std::memcpy(static_cast<char*>(a.value_cache) + dst, static_cast<const char*>(a.value) + (t * a.v_stride_token + h * a.v_stride_head) * a.elem_size, bytes);
+    }
+  }
+}
+
+inline void copy_blocks(void* const* kc, void* const* vc, int layers, int64_t block_bytes, const int64_t* map, int64_t pairs) {
+  for (int l = 0; l < layers; ++l)
+    for (int64_t p = 0; p < pairs; ++p)
+      for (void* const* c : {kc, vc})
+        std::memmove(static_cast<char*>(c[l]) + map[2 * p + 1] * block_bytes, static_cast<char*>(c[l]) + map[2 * p] * block_bytes, block_bytes);
+}
+
+}  // namespace llmchat::reference

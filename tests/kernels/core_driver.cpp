@@ -1,0 +1,174 @@
+// Standalone test of the torch-free kernel core: every kernel on the compiled ISA path vs the scalar
+// reference (kernels/csrc/reference). Built natively (avx512 / avx2 / scalar) and cross-compiled for
+// aarch64 (run under qemu) by test_isa_builds.py. Prints "isa=<path>" and "ok <n> checks"; exit 1 on failure.
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "core/kernels.h"
+#include "reference/reference.h"
+
+using namespace llmchat;
+
+static uint64_t rng_state = 88172645463325252ull;
+static float uniform() {  // xorshift64 in [-1, 1)
+  rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+  return float((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+template <typename T> std::vector<T> random_vec(size_t n, float scale = 1.f) {
+  std::vector<T> v(n);
+  for (auto& e : v) e = from_float<T>(uniform() * scale);
+  return v;
+}
+
+static int checks = 0, failures = 0;
+
+template <typename T> void expect_close(const char* what, const std::vector<T>& got, const std::vector<T>& want, float tol) {
+  ++checks;
+  float worst = 0.f;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float g = to_float(got[i]), w = to_float(want[i]);
+    const float err = std::fabs(g - w) / (1.f + std::fabs(w));
+    if (!(err <= worst)) worst = err;  // also catches NaN
+  }
+  if (!(worst <= tol)) {
+    ++failures;
+    std::printf("FAIL %s: max error %g > %g\n", what, worst, tol);
+  }
+}
+
+// Runs chunks one after another but reports several threads, so the core plans splits and merges.
+static Runtime fake_threads(int n) {
+  Runtime rt = serial_runtime();
+  rt.num_threads = n;
+  rt.parallel_for = [](int64_t total, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    for (int64_t b = 0; b < total; b += std::max<int64_t>(grain, 1)) fn(b, std::min(total, b + std::max<int64_t>(grain, 1)));
+  };
+  return rt;
+}
+
+template <typename T> float tol() { return sizeof(T) == 4 ? 2e-5f : (std::is_same_v<T, bf16_t> ? 1.6e-2f : 2e-3f); }
+template <typename T> DType dtype_of() { return sizeof(T) == 4 ? DType::F32 : (std::is_same_v<T, bf16_t> ? DType::BF16 : DType::F16); }
+
+template <typename T>
+void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, int>> seqs, int window, const Runtime& rt) {
+  int max_blocks = 0, total_blocks = 0, T_ = 0;
+  for (auto [q, ctx] : seqs) max_blocks = std::max(max_blocks, (ctx + bs - 1) / bs), total_blocks += (ctx + bs - 1) / bs, T_ += q;
+  std::vector<int32_t> tables(seqs.size() * max_blocks, 0), lens, qsl{0};
+  int next = total_blocks - 1;  // hand blocks out in reverse so tables are not the identity
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int b = 0; b < (seqs[s].second + bs - 1) / bs; ++b) tables[s * max_blocks + b] = next--;
+    lens.push_back(seqs[s].second);
+    qsl.push_back(qsl.back() + seqs[s].first);
+  }
+  auto kc = random_vec<T>(size_t(total_blocks) * hkv * bs * D), vc = random_vec<T>(kc.size()), q = random_vec<T>(size_t(T_) * hq * D);
+  std::vector<T> out(q.size()), want(q.size());
+  PagedAttentionArgs a;
+  a.dtype = dtype_of<T>();
+  a.query = q.data(), a.q_stride_token = int64_t(hq) * D, a.q_stride_head = D;
+  a.key_cache = kc.data(), a.value_cache = vc.data();
+  a.o_stride_token = int64_t(hq) * D, a.o_stride_head = D;
+  a.block_tables = tables.data(), a.bt_stride = max_blocks, a.seq_lens = lens.data(), a.query_start_loc = qsl.data();
+  a.num_seqs = int(seqs.size()), a.num_q_heads = hq, a.num_kv_heads = hkv, a.head_size = D, a.block_size = bs;
+  a.scale = 1.0f / std::sqrt(float(D)), a.sliding_window = window;
+  a.out = out.data();
+  paged_attention(a, rt);
+  a.out = want.data();
+  reference::paged_attention<T>(a);
+  char name[128];
+  std::snprintf(name, sizeof name, "attention hq=%d hkv=%d D=%d bs=%d window=%d threads=%d", hq, hkv, D, bs, window, rt.num_threads);
+  expect_close(name, out, want, tol<T>());
+}
+
+template <typename T>
+void check_small_ops() {
+  const int n = 5, H = 200, I = 72, hq = 4, hkv = 2, D = 64;
+  auto x = random_vec<T>(n * H), w = random_vec<T>(H), r = random_vec<T>(n * H);
+  std::vector<T> out(x.size()), want(x.size());
+  rms_norm(dtype_of<T>(), x.data(), H, w.data(), out.data(), H, n, H, 1e-6f, serial_runtime());
+  reference::rms_norm<T>(x.data(), H, w.data(), want.data(), H, n, H, 1e-6f);
+  expect_close("rms_norm", out, want, tol<T>());
+
+  auto x2 = x, r2 = r;
+  fused_add_rms_norm(dtype_of<T>(), x.data(), H, r.data(), H, w.data(), n, H, 1e-6f, fake_threads(2));
+  reference::fused_add_rms_norm<T>(x2.data(), H, r2.data(), H, w.data(), n, H, 1e-6f);
+  expect_close("fused_add_rms_norm residual", r, r2, 0.f);
+  expect_close("fused_add_rms_norm x", x, x2, tol<T>());
+
+  auto g = random_vec<T>(n * 2 * I, 6.f);
+  std::vector<T> s(n * I), s_want(n * I);
+  silu_and_mul(dtype_of<T>(), g.data(), 2 * I, s.data(), I, n, I, serial_runtime());
+  reference::silu_and_mul<T>(g.data(), 2 * I, s_want.data(), I, n, I);
+  expect_close("silu_and_mul", s, s_want, tol<T>());
+
+  for (bool neox : {true, false}) {
+    std::vector<int64_t> pos{0, 7, 3, 100, 42};
+    std::vector<float> cache(128 * D);
+    for (int p = 0; p < 128; ++p)
+      for (int i = 0; i < D / 2; ++i) {
+        const float f = p * std::pow(10000.f, -2.f * i / D);
+        cache[p * D + i] = std::cos(f), cache[p * D + D / 2 + i] = std::sin(f);
+      }
+    auto q = random_vec<T>(n * hq * D), k = random_vec<T>(n * hkv * D);
+    auto q2 = q, k2 = k;
+    RotaryArgs a;
+    a.dtype = dtype_of<T>(), a.positions = pos.data(), a.cos_sin_cache = cache.data(), a.num_tokens = n;
+    a.q_stride_token = hq * D, a.q_stride_head = D, a.k_stride_token = hkv * D, a.k_stride_head = D;
+    a.num_q_heads = hq, a.num_kv_heads = hkv, a.head_size = D, a.rot_dim = D, a.is_neox = neox;
+    a.query = q.data(), a.key = k.data();
+    rotary_embedding(a, serial_runtime());
+    a.query = q2.data(), a.key = k2.data();
+    reference::rotary_embedding<T>(a);
+    expect_close(neox ? "rotary neox q" : "rotary gptj q", q, q2, tol<T>());
+    expect_close(neox ? "rotary neox k" : "rotary gptj k", k, k2, tol<T>());
+  }
+}
+
+template <typename T>
+void check_cache_ops() {
+  const int nb = 6, hkv = 2, bs = 4, D = 32, n = 7;
+  auto key = random_vec<T>(n * hkv * D), value = random_vec<T>(n * hkv * D);
+  std::vector<T> kc(nb * hkv * bs * D), vc(kc.size()), kc2(kc.size()), vc2(kc.size());
+  std::vector<int64_t> slots{5, 0, -1, 23, 9, 10, 1};
+  WriteKvArgs a;
+  a.elem_size = sizeof(T), a.key = key.data(), a.value = value.data(), a.slot_mapping = slots.data();
+  a.k_stride_token = a.v_stride_token = hkv * D, a.k_stride_head = a.v_stride_head = D;
+  a.num_tokens = n, a.num_kv_heads = hkv, a.head_size = D, a.block_size = bs;
+  a.key_cache = kc.data(), a.value_cache = vc.data();
+  write_kv_cache(a, serial_runtime());
+  a.key_cache = kc2.data(), a.value_cache = vc2.data();
+  reference::write_kv_cache(a);
+  expect_close("write_kv_cache k", kc, kc2, 0.f);
+  expect_close("write_kv_cache v", vc, vc2, 0.f);
+  std::vector<int64_t> map{0, 3, 5, 1};
+  void *k1[] = {kc.data()}, *v1[] = {vc.data()}, *k2[] = {kc2.data()}, *v2[] = {vc2.data()};
+  const int64_t block_bytes = int64_t(hkv) * bs * D * sizeof(T);
+  copy_blocks(k1, v1, 1, block_bytes, map.data(), 2, fake_threads(2));
+  reference::copy_blocks(k2, v2, 1, block_bytes, map.data(), 2);
+  expect_close("copy_blocks k", kc, kc2, 0.f);
+  expect_close("copy_blocks v", vc, vc2, 0.f);
+}
+
+template <typename T>
+void check_all() {
+  const Runtime one = serial_runtime(), four = fake_threads(4);
+  for (int D : {16, 48, 64, 80, 96, 128, 256})
+    check_attention<T>(8, 2, D, 16, {{1, 37}, {20, 20}, {6, 45}, {1, 1}}, -1, one);
+  for (auto [hq, hkv] : std::vector<std::pair<int, int>>{{4, 4}, {8, 1}, {9, 3}, {16, 2}})
+    check_attention<T>(hq, hkv, 64, 8, {{1, 70}, {5, 33}, {1, 700}}, -1, four);
+  for (int bs : {1, 5, 32}) check_attention<T>(4, 2, 32, bs, {{1, bs}, {2, bs + 1}, {bs, 3 * bs}}, -1, one);
+  for (int window : {1, 9, 64}) check_attention<T>(4, 2, 64, 16, {{1, 600}, {30, 30}, {8, 90}}, window, four);
+  check_attention<T>(4, 1, 128, 16, {{1, 1500}}, -1, four);  // flash-decoding split + merge
+  check_small_ops<T>();
+  check_cache_ops<T>();
+}
+
+int main() {
+  std::printf("isa=%s\n", isa_name());
+  check_all<float>();
+  check_all<bf16_t>();
+  check_all<fp16_t>();
+  std::printf("%s %d checks, %d failed\n", failures ? "FAILED" : "ok", checks, failures);
+  return failures ? 1 : 0;
+}
