@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from run_args import compare_argv
 from tiny_models import make_model
 
 SYSTEM = "You are a helpful assistant running on a small local machine. Answer briefly and clearly."
@@ -44,11 +45,31 @@ def compare_adapter(compare_models, tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture
-def prompt_file(tmp_path) -> Path:
-    path = tmp_path / "prompts.jsonl"
+@pytest.fixture(scope="session")
+def prompt_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("compare-prompts") / "prompts.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def straight_run(compare_models, compare_adapter, prompt_file, tmp_path_factory) -> Path:
+    """The standard run done once, uninterrupted, in process (library isolated like the tests)."""
+    import os
+
+    from llmchat.tui.cli import main
+    root = tmp_path_factory.mktemp("compare-straight")
+    saved = {k: os.environ.get(k) for k in ("LLMCHAT_DATA_DIR", "HF_HUB_CACHE")}
+    os.environ.update(LLMCHAT_DATA_DIR=str(root / "data"), HF_HUB_CACHE=str(root / "hf"))
+    try:
+        assert main([*compare_argv(compare_models, compare_adapter, prompt_file), "--out", str(root / "out")]) == 0
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return root / "out"
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,10 @@ import signal
 import subprocess
 import sys
 
+from run_args import compare_argv
 from llmchat.tui.cli import main
 from report_checks import assert_report_files_agree, without_timings
 
-ARGS = ["--max-tokens", "6", "--temperature", "0.8", "--seed", "3", "--kv-cache-gb", "0.02"]
 
 
 def complete_lines(path) -> int:
@@ -19,10 +19,9 @@ def complete_lines(path) -> int:
     return path.read_bytes().count(b"\n")
 
 
-def test_kill_then_resume_gives_the_same_report(compare_models, compare_adapter, prompt_file, tmp_path):
-    models = [str(compare_models["llama"]), str(compare_models["qwen"])]
-    argv = ["compare", "--models", *models, "--adapters", f"{models[0]}={compare_adapter}",
-            "--prompts", str(prompt_file), *ARGS]
+def test_kill_then_resume_gives_the_same_report(compare_models, compare_adapter, prompt_file, straight_run,
+                                                tmp_path):
+    argv = compare_argv(compare_models, compare_adapter, prompt_file)
     total = 3 * 5                                  # llama, llama+adapter, qwen x 5 prompts
 
     killed = tmp_path / "killed"
@@ -47,9 +46,7 @@ def test_kill_then_resume_gives_the_same_report(compare_models, compare_adapter,
     assert complete_lines(results) == total        # finished work was not redone
     resumed = assert_report_files_agree(killed)
 
-    straight = tmp_path / "straight"
-    assert main([*argv, "--out", str(straight)]) == 0
-    assert without_timings(resumed) == without_timings(assert_report_files_agree(straight))
+    assert without_timings(resumed) == without_timings(assert_report_files_agree(straight_run))
     # A second --resume has nothing left to do and rewrites the same report.
     assert main([*argv, "--out", str(killed), "--resume"]) == 0
     assert complete_lines(results) == total

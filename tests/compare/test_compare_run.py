@@ -8,22 +8,15 @@ from llmchat.engine import LLM
 from llmchat.engine.compare.plan import CompareSettings
 from llmchat.engine.compare.prompts import load_prompts
 from llmchat.tui.cli import main
-from report_checks import assert_report_files_agree
+from run_args import compare_argv
+from report_checks import assert_report_files_agree, without_timings
 
-ARGS = ["--max-tokens", "6", "--temperature", "0.8", "--top-k", "20", "--seed", "7", "--kv-cache-gb", "0.02"]
-
-
-def run_cli(models, prompt_file, out, *extra):
-    return main(["compare", "--models", *map(str, models), "--prompts", str(prompt_file), "--out", str(out),
-                 *ARGS, *extra])
+ARGS = ["--max-tokens", "4", "--kv-cache-gb", "0.02"]
 
 
-def test_report_agrees_and_outputs_equal_single_requests(compare_models, compare_adapter, prompt_file, tmp_path,
-                                                         capsys):
-    out = tmp_path / "out"
-    models = [compare_models["llama"], compare_models["qwen"]]
-    assert run_cli(models, prompt_file, out, "--adapters", f"{models[0]}={compare_adapter}") == 0
-    report = assert_report_files_agree(out)
+def test_report_agrees_and_outputs_equal_single_requests(compare_models, compare_adapter, prompt_file,
+                                                         straight_run):
+    report = assert_report_files_agree(straight_run)
     assert [m["id"] for m in report["models"]] == ["tiny-llama", "tiny-llama+tiny-lora", "tiny-qwen"]
     assert report["models"][1]["adapter"] == str(compare_adapter)
     assert all(m["status"] == "ok" for m in report["models"]) and report["errors"] == []
@@ -37,13 +30,13 @@ def test_report_agrees_and_outputs_equal_single_requests(compare_models, compare
     tokens = {m["id"]: [row[m["id"]]["token_ids"] for row in report["results"]] for m in report["models"]}
     assert tokens["tiny-llama"] != tokens["tiny-qwen"]
     assert tokens["tiny-llama"] != tokens["tiny-llama+tiny-lora"]          # the adapter is applied
-    assert "report: " in capsys.readouterr().out
 
     # Each batched answer equals the same request run alone (same settings, seed = 7 + index).
     prompts, _ = load_prompts(prompt_file)
     settings = CompareSettings(max_tokens=6, temperature=0.8, top_k=20, seed=7)
-    for model_id, path, adapter in (("tiny-llama", models[0], None), ("tiny-llama+tiny-lora", models[0], "lora"),
-                                    ("tiny-qwen", models[1], None)):
+    llama, qwen = compare_models["llama"], compare_models["qwen"]
+    for model_id, path, adapter in (("tiny-llama", llama, None), ("tiny-llama+tiny-lora", llama, "lora"),
+                                    ("tiny-qwen", qwen, None)):
         llm = LLM(path, kv_cache_gb=0.02)
         if adapter:
             llm.load_adapter(adapter, compare_adapter)
@@ -55,12 +48,26 @@ def test_report_agrees_and_outputs_equal_single_requests(compare_models, compare
         del llm
 
 
-def test_same_inputs_same_outputs(compare_models, prompt_file, tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert run_cli([compare_models["qwen"]], prompt_file, a) == 0
-    assert run_cli([compare_models["qwen"]], prompt_file, b) == 0
-    ra, rb = (json.loads((d / "report.json").read_text()) for d in (a, b))
-    assert [r["tiny-qwen"]["token_ids"] for r in ra["results"]] == [r["tiny-qwen"]["token_ids"] for r in rb["results"]]
+def test_same_inputs_same_outputs_and_edited_prompts_rerun(compare_models, compare_adapter, prompt_file,
+                                                           straight_run, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = [*compare_argv(compare_models, compare_adapter, prompt_file), "--out", str(out)]
+    assert main(argv) == 0
+    assert "report: " in capsys.readouterr().out
+    same = json.loads((out / "report.json").read_text())
+    assert without_timings(same) == without_timings(json.loads((straight_run / "report.json").read_text()))
+    # Edit one prompt, then resume: only that prompt runs again, for every model.
+    edited = tmp_path / "prompts.jsonl"
+    lines = prompt_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1] = json.dumps({"prompt": "How are you tonight?"}) + "\n"
+    edited.write_text("".join(lines), encoding="utf-8")
+    argv[argv.index(str(prompt_file))] = str(edited)
+    assert main([*argv, "--resume"]) == 0
+    assert (out / "results.jsonl").read_text().count("\n") == 3 * 5 + 3
+    report = json.loads((out / "report.json").read_text())
+    assert report["prompts"][1]["prompt"] == "How are you tonight?"
+    for i in (0, 2, 3, 4):
+        assert report["results"][i] == same["results"][i]
 
 
 def test_bad_inputs_are_reported_and_the_rest_completes(compare_models, compare_adapter, tmp_path, capsys):
