@@ -87,7 +87,7 @@ def pull(store, repo_id: str, revision: str | None, progress=None,
     commit, kind, files, siblings = plan(repo_id, revision)
     sizes = {n: (s.lfs.size if s.lfs else s.size) for n, s in siblings.items()}
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
     rdir = hf_cache.repo_dir(cache, repo_id)
     blobs = rdir / "blobs"
@@ -119,15 +119,21 @@ def pull(store, repo_id: str, revision: str | None, progress=None,
         file_headers = dict(headers)
         if urlparse(meta.location).netloc != urlparse(endpoint()).netloc:
             file_headers.pop("authorization", None)  # signed CDN urls must not get the token
-        fetch_blob(meta.location, partial, meta.size, file_headers, tracker, cancel, name)
-        try:
-            sib = siblings.get(name)
-            verify(partial, meta.size, name, sha256=sib.lfs.sha256 if sib and sib.lfs else None,
-                   git_oid=sib.blob_id if sib else None)
-        except CorruptDownloadError as exc:
-            partial.unlink(missing_ok=True)
-            raise CorruptDownloadError(f"{repo_id}: {exc}; the bad file was removed, run pull again") from None
-        os.replace(partial, blobs / meta.etag)
+        # The same lock file huggingface_hub takes for this blob: two pulls never append to one partial.
+        lock = cache / ".locks" / rdir.name / f"{meta.etag}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with WeakFileLock(lock):
+            if (blobs / meta.etag).exists():
+                continue  # another process finished it meanwhile
+            fetch_blob(meta.location, partial, meta.size, file_headers, tracker, cancel, name)
+            try:
+                sib = siblings.get(name)
+                verify(partial, meta.size, name, sha256=sib.lfs.sha256 if sib and sib.lfs else None,
+                       git_oid=sib.blob_id if sib else None)
+            except CorruptDownloadError as exc:
+                partial.unlink(missing_ok=True)
+                raise CorruptDownloadError(f"{repo_id}: {exc}; the bad file was removed, run pull again") from None
+            os.replace(partial, blobs / meta.etag)
     # Only now does the snapshot appear: huggingface_hub links the verified blobs (and writes refs/<rev>).
     with hub_errors(repo_id, revision):
         for name in files:
