@@ -60,9 +60,9 @@ class LLM:
         for name in dict.fromkeys(a for a in adapters if a is not None):
             self.engine.lora.ensure(name)   # reload an evicted adapter here, not inside a step
         seqs = [self.engine.make_sequence(p, sp, a) for p, sp, a in zip(prompts, params_list, adapters)]
-        for seq in seqs:
-            self.engine.add_sequence(seq)
         try:
+            for seq in seqs:
+                self.engine.add_sequence(seq)   # may fail (e.g. no free adapter slot): abort the added ones
             while any(not s.is_finished for s in seqs):
                 self.engine.step()
         except BaseException:

@@ -102,10 +102,12 @@ class LLMEngine:
     def load_adapter(self, name: str, path) -> None:
         """Load, or reload under the same name, a PEFT LoRA adapter (folder or model-store name)."""
         self.lora.load(name, path)
+        self.metrics.update_state(adapters_resident=self.lora.resident_names())
 
     def unload_adapter(self, name: str) -> None:
         """Forget an adapter; requests already running with it finish with it."""
         self.lora.unload(name)
+        self.metrics.update_state(adapters_resident=self.lora.resident_names())
 
     def _release_adapter(self, seq: Sequence) -> None:
         if seq.adapter_slot >= 0:

@@ -114,7 +114,12 @@ class LoraManager:
         store name is loaded under that name (so a chat session can just name its adapter)."""
         path = self.registry.paths.get(name)
         if path is None:
-            self.load(name, resolve_adapter_path(name))
+            try:
+                found = resolve_adapter_path(name)
+            except ValueError:
+                raise ValueError(f"adapter {name!r} is not loaded (load_adapter(name, path)), and no adapter "
+                                 f"folder or model-store adapter has that name") from None
+            self.load(name, found)
         elif self.registry.slot_of(name) is None:
             self.load(name, path)
 
