@@ -212,3 +212,18 @@ def test_two_revisions_remove_old_keeps_shared_blobs(store, hub, tiny_model_dir)
     assert 0 < freed < 2000  # only the old generation_config blob: the weights are shared
     assert (new.path / "model.safetensors").read_bytes()
     assert [m.name for m in store.list()] == ["org/tiny"] and store.list()[0].supported
+
+
+def test_pulled_model_runs_in_the_engine(store, hub, tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+    from llmchat.engine import LLM, SamplingParams
+    src = tiny_model_dir("qwen3")
+    hub.add(FakeRepo.from_folder("org/tiny-qwen3", src))
+    store.pull("org/tiny-qwen3")
+    llm = LLM(str(store.resolve("org/tiny-qwen3")), dtype="float32", kv_cache_gb=0.01)
+    prompt = [5, 17, 42, 99, 7]
+    out = llm.generate([prompt], SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))[0]
+    ref = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32)
+    expected = ref.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, min_new_tokens=6)
+    assert out.token_ids == expected[0, len(prompt):].tolist()
