@@ -61,7 +61,9 @@ def to_markdown(report: dict) -> str:
             f"{run['host']['machine']}, {run['host']['cpus']} CPUs", ""]
     out += ["## Summary", "", _row(SUMMARY_HEADER), _row(["---"] * len(SUMMARY_HEADER))]
     out += [_row(summary_row(m, report["summary"][m["id"]])) for m in models]
-    out.append("")
+    out += ["", "All requests of a model run as one batch, so TTFT includes waiting for the batch's other prefills; "
+            "prompt tok/s = uncached prompt tokens / TTFT; prefix-cache hits = requests that reused cached "
+            "prompt tokens (share of all prompt tokens); scores count prompts with an expected answer.", ""]
     if report["errors"]:
         out += ["## Errors", ""] + [f"- {_error_line(e)}" for e in report["errors"]] + [""]
     out += ["## Prompts", ""]

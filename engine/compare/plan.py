@@ -52,22 +52,27 @@ class CompareSettings:
 def build_variants(models: list[str], adapters: list[str] | None = None) -> list[Variant]:
     """`--models A B`, `--adapters A=path ...` -> [A, A+path-name, B]: every base model, then its adapters.
 
+    In `--adapters`, MODEL is a `--models` entry as given or its short label (a folder's name).
+
     ValueError for a malformed `--adapters` item or one naming a model that is not in `--models`.
     """
     if not models:
         raise ValueError("give at least one model with --models")
-    by_model: dict[str, list[str]] = {m: [] for m in models}
+    used: set[str] = set()
+    base_ids = {m: _unique(_label(m), used) for m in dict.fromkeys(models)}   # a model given twice runs once
+    by_id = {base_id: m for m, base_id in base_ids.items()}
+    by_model: dict[str, list[str]] = {m: [] for m in base_ids}
     for item in adapters or []:
         model, sep, path = item.partition("=")
         if not sep or not model or not path:
             raise ValueError(f"--adapters takes MODEL=ADAPTER_PATH, got {item!r}")
-        if model not in by_model:
-            raise ValueError(f"--adapters {item!r}: model {model!r} is not one of --models ({', '.join(models)})")
+        model = model if model in by_model else by_id.get(model)   # as given, or its short label
+        if model is None:
+            raise ValueError(f"--adapters {item!r}: model {item.partition('=')[0]!r} is not one of --models "
+                             f"({', '.join(base_ids.values())})")
         by_model[model].append(path)
     variants: list[Variant] = []
-    used: set[str] = set()
-    for model in dict.fromkeys(models):   # a model given twice runs once
-        base_id = _unique(_label(model), used)
+    for model, base_id in base_ids.items():
         variants.append(Variant(base_id, model))
         for path in dict.fromkeys(by_model[model]):
             variants.append(Variant(_unique(f"{base_id}+{_label(path, force=True)}", used), model, path))

@@ -76,6 +76,7 @@ def test_local_folders_are_labelled_by_name(tmp_path):
     (tmp_path / "one" / "model").mkdir(parents=True)
     (tmp_path / "two" / "model").mkdir(parents=True)
     first, second = str(tmp_path / "one" / "model"), str(tmp_path / "two" / "model") + "/"
-    variants = build_variants([first, second, "org/hub-model"], [f"{second}=ad/v1"])
-    assert [v.id for v in variants] == ["model", "model#2", "model#2+v1", "org/hub-model"]
-    assert variants[1].model == second        # the model is kept exactly as given
+    variants = build_variants([first, second, "org/hub-model"], [f"{second}=ad/v1", "model=ad/v2"])
+    assert [v.id for v in variants] == ["model", "model+v2", "model#2", "model#2+v1", "org/hub-model"]
+    assert variants[2].model == second        # the model is kept exactly as given
+    assert variants[1] == Variant("model+v2", first, "ad/v2")     # matched by its short label
