@@ -14,11 +14,27 @@ import time
 from pathlib import Path
 
 
+EPILOG = """example:
+  llmchat compare --models HuggingFaceTB/SmolLM2-135M-Instruct ~/models/qwen2.5-0.5b \\
+      --adapters qwen2.5-0.5b=~/adapters/my-lora --prompts prompts.jsonl --out cmp/
+
+prompts.jsonl, one object per line:
+  {"prompt": "Capital of France?", "expected": "Paris"}
+  {"system": "You are terse.", "prompt": "2+2?", "expected": ["4", "four"], "id": "math"}
+  {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                {"role": "user", "content": "Who are you?"}]}
+Any other file is plain text, one prompt per line. Results go to DIR/results.jsonl as each model
+finishes: run the same command again with --resume after an interruption. Exit status: 0 = all ran,
+1 = the report lists errors, 2 = bad arguments. JSON schema: llmchat/engine/compare/schema.py."""
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "compare", help="compare models and adapters on a prompt set",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run every prompt against every model (and model+adapter) with the same settings and "
-                    "seeds; write report.md, report.json and report.csv to --out.")
+                    "seeds;\nwrite report.md, report.json and report.csv to --out.",
+        epilog=EPILOG)
     p.add_argument("--models", nargs="+", required=True, metavar="MODEL",
                    help="model names (from `llmchat models`) or folders")
     p.add_argument("--adapters", nargs="+", default=[], metavar="MODEL=ADAPTER_PATH",
