@@ -1,6 +1,7 @@
 """Offline API: hand over a batch of prompts, get every finished output back in order."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 
 from .config import EngineConfig
@@ -45,10 +46,13 @@ class LLM:
         self.engine.unload_adapter(name)
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None,
-                 adapter: str | list[str | None] | None = None) -> list[RequestOutput]:
+                 adapter: str | list[str | None] | None = None,
+                 on_output: Callable[[int, RequestOutput], None] | None = None) -> list[RequestOutput]:
         """prompts: one prompt or a list; a prompt is text, a list of chat messages, or token ids.
 
         All prompts are validated before any runs, so a bad one raises ValueError and nothing starts.
+        `on_output(index, output)`, if given, is called as each request finishes (e.g. to save results
+        as they come, as `llmchat compare` does).
         """
         if isinstance(prompts, str) or _is_single_prompt(prompts):
             prompts = [prompts]
@@ -63,8 +67,13 @@ class LLM:
         try:
             for seq in seqs:
                 self.engine.add_sequence(seq)   # may fail (e.g. no free adapter slot): abort the added ones
+            reported = [False] * len(seqs)
             while any(not s.is_finished for s in seqs):
                 self.engine.step()
+                for i, seq in enumerate(seqs):
+                    if on_output is not None and seq.is_finished and not reported[i]:
+                        reported[i] = True
+                        on_output(i, self.engine.output_of(seq))
         except BaseException:
             for seq in seqs:
                 self.engine.abort(seq.request_id)
