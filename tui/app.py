@@ -84,6 +84,11 @@ class LlmChatApp(ChatActions, ScreenActions, App):
         return True
 
     @property
+    def main(self):
+        """The chat screen, whichever screen is on top (dialogs and Models call back into it)."""
+        return self.screen_stack[0]
+
+    @property
     def current(self) -> ChatSession | None:
         return self.sessions.get(self.current_id) if self.current_id is not None else None
 
@@ -91,7 +96,7 @@ class LlmChatApp(ChatActions, ScreenActions, App):
         if self.settings_store.problem:
             self.notify(self.settings_store.problem, title="Settings", severity="error", timeout=20)
         self.theme = self.settings.theme if self.settings.theme in self.available_themes else "textual-dark"
-        sidebar = self.query_one(Sidebar)
+        sidebar = self.main.query_one(Sidebar)
         for session in self.db.load_sessions():
             self.sessions[session.id] = session
             await sidebar.add(session)
@@ -103,7 +108,7 @@ class LlmChatApp(ChatActions, ScreenActions, App):
             await self.switch_to(max(self.sessions))
         self.set_interval(FRAME_INTERVAL, self.frame_tick)
         self.metrics_timer = self.set_interval(METRICS_INTERVAL, self.poll_metrics)
-        self.query_one(PromptInput).focus()
+        self.main.query_one(PromptInput).focus()
         if self.show_welcome and not self.has_any_model():
             self.call_after_refresh(self.action_welcome)
 
@@ -132,33 +137,39 @@ class LlmChatApp(ChatActions, ScreenActions, App):
     async def create_session(self, model: str = "", title: str | None = None) -> ChatSession:
         session = self.db.create_session(title or f"New chat {len(self.sessions) + 1}", self.new_session_settings(model))
         self.sessions[session.id] = session
-        await self.query_one(Sidebar).add(session)
+        await self.main.query_one(Sidebar).add(session)
         await self.switch_to(session.id)
         return session
 
     async def switch_to(self, session_id: int) -> None:
-        if session_id == self.current_id and self.query_one(ChatView).session is self.sessions[session_id]:
+        if not self.screen_stack or session_id not in self.sessions:
+            return      # shutting down, or a late event for a deleted session
+        if session_id == self.current_id and self.main.query_one(ChatView).session is self.sessions[session_id]:
             return
         self.current_id = session_id
         self.editing = None
-        self.query_one(Sidebar).select(session_id)
-        await self.query_one(ChatView).show(self.sessions[session_id])
+        self.main.query_one(Sidebar).select(session_id)
+        await self.main.query_one(ChatView).show(self.sessions[session_id])
         self.sub_title = self.sessions[session_id].title
 
     async def on_sidebar_selected(self, event: Sidebar.Selected) -> None:
         await self.switch_to(event.session_id)
 
     def refresh_session_item(self, session_id: int) -> None:
-        item = self.query_one(Sidebar).item(session_id)
+        item = self.main.query_one(Sidebar).item(session_id)
         if item is not None:
             item.refresh_labels(session_id in self.replies)
 
     async def frame_tick(self) -> None:
-        await self.query_one(ChatView).sync()
+        if self.screen_stack:
+            for view in self.main.query(ChatView):     # absent while the app shuts down
+                await view.sync()
 
     def poll_metrics(self) -> None:
         loading = [Path(k).name for k in self.engines.loading]
-        self.query_one(EnginePanel).show(self.engines.metrics(), loading)
+        if self.screen_stack:
+            for panel in self.main.query(EnginePanel):
+                panel.show(self.engines.metrics(), loading)
 
     def library_names(self, kind: str) -> list[str]:
         """Names in the model store's library ([] while the store is unavailable)."""

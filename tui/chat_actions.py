@@ -32,7 +32,7 @@ class ChatActions:
             self.db.delete_messages_from(session.id, self.editing.id)
             del session.messages[index:]
         self.editing = None
-        prompt = self.query_one(PromptInput)
+        prompt = self.main.query_one(PromptInput)
         prompt.remember(event.text)
         prompt.clear()
         session.messages.append(self.db.add_message(session.id, ChatMessage("user", event.text)))
@@ -78,7 +78,7 @@ class ChatActions:
     async def action_stop(self) -> None:
         if self.editing is not None:
             self.editing = None
-            self.query_one(PromptInput).clear()
+            self.main.query_one(PromptInput).clear()
             self.notify("Edit cancelled")
             return
         session = self.current
@@ -130,7 +130,7 @@ class ChatActions:
         if self._idle_session() is None:
             return
         self.editing = message
-        prompt = self.query_one(PromptInput)
+        prompt = self.main.query_one(PromptInput)
         prompt.load_text(message.content)
         prompt.focus()
         self.notify("Editing: Enter resends (later messages are replaced), Esc cancels")
@@ -142,7 +142,7 @@ class ChatActions:
             self.begin_edit(users[-1])
 
     def action_focus_input(self) -> None:
-        self.query_one(PromptInput).focus()
+        self.main.query_one(PromptInput).focus()
 
     # copying and export
     def _last_reply(self) -> ChatMessage | None:
@@ -180,7 +180,7 @@ class ChatActions:
     async def action_new_session(self) -> None:
         model = self.current.settings.model if self.current else self.settings.default_model
         await self.create_session(model)
-        self.query_one(PromptInput).focus()
+        self.main.query_one(PromptInput).focus()
 
     def action_rename_session(self) -> None:
         session = self.current
@@ -207,7 +207,7 @@ class ChatActions:
         if worker is not None:
             worker.cancel()
         self.db.delete_session(session.id)
-        await self.query_one(Sidebar).remove_session(session.id)
+        await self.main.query_one(Sidebar).remove_session(session.id)
         self.current_id = None
         if self.sessions:
             await self.switch_to(max(self.sessions))

@@ -95,13 +95,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 class ProgressBar:
-    """`[#####-----] 5/10 what` redrawn in place on a terminal; one line per change otherwise."""
+    """`[#####-----] 5/10 what` redrawn in place on a terminal; in a log or pipe, a plain line whenever
+    the activity changes or another tenth of the work is done."""
 
     def __init__(self, stream, width: int = 30):
         self.stream, self.width = stream, width
         self.tty = hasattr(stream, "isatty") and stream.isatty()
         self.start = time.monotonic()
-        self.last = ""
+        self.last = None
         self.drawn = 0                 # width of the line on screen, to blank a longer previous one
 
     def update(self, done: int, total: int, what: str) -> None:
@@ -111,9 +112,12 @@ class ProgressBar:
             text = f"{line}  {time.monotonic() - self.start:.0f}s"[:120]
             self.stream.write("\r" + text.ljust(self.drawn))
             self.last, self.drawn = line, len(text)
-        elif line != self.last:
+        else:
+            state = (what, 10 * done // total if total else 10)
+            if state == self.last:
+                return
             self.stream.write(f"compare: {done}/{total} {what}\n")
-            self.last = line
+            self.last = state
         self.stream.flush()
 
     def close(self) -> None:

@@ -54,10 +54,13 @@ class SettingsStore:
         try:
             with self.path.open("rb") as handle:
                 return Settings.from_dict(tomllib.load(handle))
-        except (tomllib.TOMLDecodeError, ValueError, TypeError, UnicodeDecodeError) as exc:
-            self.problem = (f"{self.path} could not be used ({exc}); using defaults. "
-                            "Fix or delete the file: llmchat will not overwrite it.")
-            return Settings()
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            reason = f"it is not valid TOML: {exc}"
+        except (ValueError, TypeError) as exc:
+            reason = str(exc)
+        self.problem = (f"{self.path} could not be used ({reason}); using defaults. "
+                        "Fix or delete the file: llmchat will not overwrite it.")
+        return Settings()
 
     def save(self, settings: Settings) -> None:
         """Write the settings; refused (ValueError) while the file on disk is malformed."""

@@ -1,6 +1,7 @@
 """The conversation of the selected session; follows the growing reply once per frame."""
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from textual.containers import VerticalScroll
@@ -14,6 +15,7 @@ class ChatView(VerticalScroll):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.session: ChatSession | None = None
+        self.lock = asyncio.Lock()      # show() and sync() both await mounts: never interleave them
 
     def label_for(self, message) -> str:
         if message.role == "user":
@@ -22,6 +24,10 @@ class ChatView(VerticalScroll):
         return who + (f" + {message.adapter}" if message.adapter else "")
 
     async def show(self, session: ChatSession | None) -> None:
+        async with self.lock:
+            await self._show(session)
+
+    async def _show(self, session: ChatSession | None) -> None:
         self.session = session
         await self.remove_children()
         if session is None:
@@ -35,12 +41,16 @@ class ChatView(VerticalScroll):
 
     async def sync(self) -> None:
         """Mount views for new messages and stream new text into existing ones."""
-        if self.session is None:
+        if self.session is None or self.lock.locked():
             return
+        async with self.lock:
+            await self._sync()
+
+    async def _sync(self) -> None:
         views = list(self.query(MessageView))
         if len(views) != len(self.session.messages) or any(
                 v.message is not m for v, m in zip(views, self.session.messages)):
-            await self.show(self.session)
+            await self._show(self.session)
             return
         at_end = self.scroll_offset.y >= self.max_scroll_y - 1
         changed = False

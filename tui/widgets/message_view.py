@@ -64,15 +64,16 @@ class MessageView(Vertical, can_focus=True):
 
     def update_status(self) -> None:
         status = self.status_text()
-        if status != self.shown_status:
+        stats = self.query(".message-stats")      # empty until composed
+        if status != self.shown_status and stats:
             self.shown_status = status
-            self.query_one(".message-stats", Static).update(status)
+            stats.first(Static).update(status)
 
     async def sync(self) -> bool:
         """Bring the widget up to the message text; True if anything changed. Called once per frame."""
         self.update_status()
         text = self.message.content
-        if text == self.shown:
+        if text == self.shown or not self.query(".message-body"):
             return False
         body = self.query_one(".message-body", Markdown)
         if text.startswith(self.shown):

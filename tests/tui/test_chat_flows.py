@@ -1,0 +1,128 @@
+"""Chat flows against the real engine on tiny models: stream, regenerate, stop, continue, edit, concurrency."""
+from __future__ import annotations
+
+from helpers import notices, open_with_model, press, reply_done, send, set_session, wait_until
+
+from llmchat.tui.app import LlmChatApp
+from llmchat.tui.widgets.chat_view import ChatView
+from llmchat.tui.widgets.engine_panel import EnginePanel
+from llmchat.tui.widgets.message_view import MessageView
+from llmchat.tui.widgets.prompt_input import PromptInput
+from llmchat.tui.widgets.sidebar import Sidebar
+
+SIZE = (140, 40)
+
+
+async def test_reply_streams_with_stats_and_regenerate_is_deterministic(dirs, chat_model):
+    app = LlmChatApp(model=str(chat_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        await send(pilot, "hello", typed=True)
+        await wait_until(pilot, lambda: reply_done(app), what="first reply")
+        session = app.current
+        first = session.messages[-1]
+        assert first.finish_reason in ("stop", "length") and first.content
+        assert first.stats.num_prompt_tokens > 0 and first.stats.ttft is not None
+        assert session.title == "hello"                      # titled from the first message
+        view = app.query_one(ChatView).message_views()[-1]
+        await wait_until(pilot, lambda: "TTFT" in str(view.query_one(".message-stats").render()), what="stats line")
+        # the engine panel saw the KV cache of the loaded model
+        panel = app.query_one(EnginePanel)
+        await wait_until(pilot, lambda: "/0 blocks" not in str(panel.query_one("#engine-kv-blocks").render()),
+                         what="engine panel KV blocks")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: reply_done(app) and session.messages[-1] is not first, what="regenerated")
+        assert [m.role for m in session.messages] == ["user", "assistant"]
+        assert session.messages[-1].content == first.content          # greedy tiny model: same reply
+        # the second request found the prompt in the prefix cache
+        assert session.messages[-1].stats.num_cached_tokens > 0
+        rows = app.db.load_messages(session.id)
+        assert [(r.role, r.content) for r in rows] == [("user", "hello"), ("assistant", first.content)]
+
+
+async def test_three_sessions_stream_at_once_and_switching_keeps_them_going(dirs, long_model):
+    app = LlmChatApp(model=str(long_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        ids = []
+        for i in range(3):
+            if i:
+                await press(pilot, "ctrl+n", until=lambda: len(app.sessions) == i + 1 and app.current_id == max(app.sessions))
+            set_session(app, max_tokens=300)
+            ids.append(app.current_id)
+            await send(pilot, f"question {i}")
+        engine = next(iter(app.engines.loaded.values())).engine
+        await wait_until(pilot, lambda: engine.metrics().num_running == 3, what="3 requests running together")
+        assert set(app.replies) == set(ids)
+        assert all(app.query_one(Sidebar).item(i).generating for i in ids)
+        # switch to the first session while all stream: its reply keeps growing on screen
+        await press(pilot, "ctrl+up", "ctrl+up", until=lambda: app.current_id == ids[0])
+        view = app.query_one(ChatView).message_views()[-1]
+        seen = len(view.shown)
+        await wait_until(pilot, lambda: len(view.shown) > seen or reply_done(app, ids[0]), what="visible stream")
+        # typing stays possible while the engine streams
+        await press(pilot, "o", "k", until=lambda: app.query_one(PromptInput).text == "ok", what="typing")
+        for session_id in ids:
+            await wait_until(pilot, lambda: reply_done(app, session_id), what=f"reply of session {session_id}")
+            reply = app.sessions[session_id].messages[-1]
+            assert reply.finish_reason == "length" and reply.stats.num_generated_tokens == 300
+        assert not any(app.query_one(Sidebar).item(i).generating for i in ids)
+
+
+async def test_stop_aborts_in_the_engine_then_continue_extends_the_reply(dirs, long_model):
+    app = LlmChatApp(model=str(long_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        set_session(app, max_tokens=450)
+        await send(pilot, "tell me everything")
+        session = app.current
+        await wait_until(pilot, lambda: len(session.messages) == 2 and len(session.messages[-1].content) > 5,
+                         what="streaming started")
+        await press(pilot, "escape", until=lambda: reply_done(app), what="stopped")
+        reply = session.messages[-1]
+        assert reply.finish_reason == "abort" and 0 < reply.stats.num_generated_tokens < 450
+        engine = next(iter(app.engines.loaded.values())).engine
+        await wait_until(pilot, lambda: engine.metrics().num_running == 0, what="engine idle after abort")
+        assert app.db.load_messages(session.id)[-1].finish_reason == "abort"   # the partial reply is kept
+        stopped_text = reply.content
+        set_session(app, max_tokens=10)
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: reply_done(app) and reply.finish_reason == "length", what="continued")
+        assert reply.content.startswith(stopped_text) and len(reply.content) > len(stopped_text)
+        assert len(session.messages) == 2
+        assert app.db.load_messages(session.id)[-1].content == reply.content
+        await pilot.press("ctrl+o")     # a complete... (length) reply can be continued again; a stopped one too
+        await wait_until(pilot, lambda: reply_done(app), what="continued twice")
+
+
+async def test_edit_a_user_message_and_resend(dirs, chat_model):
+    app = LlmChatApp(model=str(chat_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: reply_done(app))
+        await send(pilot, "two")
+        await wait_until(pilot, lambda: reply_done(app) and len(app.current.messages) == 4)
+        chat = app.query_one(ChatView)
+        await wait_until(pilot, lambda: len(chat.message_views()) == 4, what="4 messages shown")
+        first_user = chat.message_views()[0]
+        assert isinstance(first_user, MessageView) and first_user.message.content == "hello"
+        first_user.focus()
+        await wait_until(pilot, lambda: app.focused is first_user, what="message focused")
+        await pilot.press("e")
+        prompt = app.query_one(PromptInput)
+        assert prompt.text == "hello" and app.editing is first_user.message
+        prompt.load_text("one")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: reply_done(app) and app.current.messages[0].content == "one")
+        assert [m.role for m in app.current.messages] == ["user", "assistant"]
+        assert [m.content for m in app.db.load_messages(app.current_id)][0] == "one"
+        assert len(app.db.load_messages(app.current_id)) == 2
+
+
+async def test_sending_without_a_model_explains_what_to_do(dirs):
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("h", "i", "enter")
+        await wait_until(pilot, lambda: any("Choose a model first" in n for n in notices(app)), what="notice")
+        assert app.current.messages == []
