@@ -1,8 +1,9 @@
 """Runs a compare: for each model, one engine and one batched generate over all its pending prompts.
 
 Models run one after another; each engine is dropped (del + gc) before the next loads, so peak memory
-is one model plus its KV budget. Results are appended to the store as soon as a model's batch returns,
-and the report is rewritten after every model, so a killed run loses at most the model in flight.
+is one model plus its KV budget. Each result is appended to the store the moment its request finishes
+(LLM.generate's on_output), and the report is rewritten after every model, so a killed run loses only
+the requests in flight.
 A model or adapter that fails is recorded and the run goes on with the others.
 """
 from __future__ import annotations
@@ -112,11 +113,7 @@ class CompareRunner:
             return
         try:
             jobs = self._load_adapters(llm, variants, jobs)
-            self.progress(self.done, self.total, f"generating {name} ({len(jobs)} requests)")
-            outputs = self._generate(llm, jobs)
-            records = [self._record(v, p, path, out) for (v, p), out in zip(jobs, outputs)]
-            self.store.append(records)
-            self.done += len(records)
+            self._generate(llm, jobs, path, name)
             self._mark_ok([v for v in variants if self.inputs.status[v.id].status != "error"])
             self.progress(self.done, self.total, f"finished {name}")
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory: record it, go on with the next model
@@ -140,25 +137,37 @@ class CompareRunner:
                 jobs = [(jv, p) for jv, p in jobs if jv is not v]
         return jobs
 
-    def _generate(self, llm, jobs):
-        """One batched call; if the engine rejects the batch, retry one by one to pin the bad request."""
+    def _generate(self, llm, jobs, path: Path, name: str) -> None:
+        """One batched call; each result is saved the moment its request finishes. If the engine
+        rejects the batch up front (a bad request), run the rest one by one to pin the bad ones."""
         if not jobs:
-            return []
+            return
         raw = self.inputs.settings.raw
         prompts = [p.engine_input(raw) for _, p in jobs]
         params = [self.inputs.settings.sampling_params(p.index) for _, p in jobs]
         adapters = [v.adapter_name for v, _ in jobs]
+        saved: set[int] = set()
+
+        def save(i: int, out) -> None:
+            self.store.append([self._record(*jobs[i], path, out)])
+            saved.add(i)
+            self.done += 1
+            self.progress(self.done, self.total, f"generating {name}")
+
+        self.progress(self.done, self.total, f"generating {name} ({len(jobs)} requests)")
         try:
-            return llm.generate(prompts, params, adapter=adapters if any(adapters) else None)
+            llm.generate(prompts, params, adapter=adapters if any(adapters) else None, on_output=save)
+            return
         except ValueError:
             pass
-        outputs = []
-        for prompt, param, adapter in zip(prompts, params, adapters):
+        for i, (prompt, param, adapter) in enumerate(zip(prompts, params, adapters)):
+            if i in saved:
+                continue
             try:
-                outputs.append(llm.generate([prompt], param, adapter=adapter)[0])
+                out = llm.generate([prompt], param, adapter=adapter)[0]
             except ValueError as exc:
-                outputs.append(_error_output(str(exc)))
-        return outputs
+                out = _error_output(str(exc))
+            save(i, out)
 
     def _record(self, v: Variant, p: PromptItem, path: Path, out) -> dict:
         m = out.metrics

@@ -72,10 +72,11 @@ def test_same_inputs_same_outputs_and_edited_prompts_rerun(compare_models, compa
 
 def test_bad_inputs_are_reported_and_the_rest_completes(compare_models, compare_adapter, tmp_path, capsys):
     prompts = tmp_path / "prompts.jsonl"
+    too_long = json.dumps({"prompt": "fox " * 600})          # more tokens than the tiny models' context
     prompts.write_text('{"prompt": "Hello world", "expected": "Hello"}\n'
                        '{"prompt": "broken\n'
                        '{"messages": [{"role": "wizard", "content": "hi"}]}\n'
-                       '{"prompt": "Once upon a time"}\n', encoding="utf-8")
+                       '{"prompt": "Once upon a time"}\n' + too_long + "\n", encoding="utf-8")
     llama, qwen = str(compare_models["llama"]), str(compare_models["qwen"])
     broken = tmp_path / "broken-llama"           # config and weights disagree: found, but fails to load
     shutil.copytree(llama, broken)
@@ -94,17 +95,20 @@ def test_bad_inputs_are_reported_and_the_rest_completes(compare_models, compare_
     errors = [(e["kind"], e["line"], e["model"]) for e in report["errors"]]
     assert errors == [("prompt", 2, None), ("prompt", 3, None), ("adapter", None, "tiny-llama+missing-adapter"),
                       ("model", None, "no-such-model"), ("model", None, "broken-llama"),
-                      ("adapter", None, "tiny-qwen+tiny-lora")]
+                      ("adapter", None, "tiny-qwen+tiny-lora"),
+                      ("request", 5, "tiny-llama"), ("request", 5, "tiny-qwen")]
+    assert "context" in report["errors"][-1]["message"]
+    assert report["results"][2]["tiny-qwen"]["finish_reason"] == "error"
     messages = {e["model"]: e["message"] for e in report["errors"]}
     assert "unknown model 'no-such-model'" in messages["no-such-model"]
     assert messages["broken-llama"].startswith(f"cannot load model {str(broken)!r}: ")
     assert "adapter was trained for" in messages["tiny-qwen+tiny-lora"]
     assert "missing-adapter" in messages["tiny-llama+missing-adapter"]
-    # The good parts ran: both valid prompts (file lines 1 and 4) on both base models.
-    assert [p["line"] for p in report["prompts"]] == [1, 4]
+    # The good parts ran: the valid prompts (file lines 1 and 4) on both base models.
+    assert [p["line"] for p in report["prompts"]] == [1, 4, 5]
     for model_id in ("tiny-llama", "tiny-qwen"):
-        assert all(row[model_id] is not None and row[model_id]["error"] is None for row in report["results"])
-        assert report["summary"][model_id]["requests"] == 2
+        assert all(row[model_id]["error"] is None and row[model_id]["token_ids"] for row in report["results"][:2])
+        assert report["summary"][model_id]["requests"] == 3 and report["summary"][model_id]["errors"] == 1
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "## Errors" in md and "prompt error (line 2): invalid JSON" in md
 
@@ -150,3 +154,16 @@ def test_each_engine_is_freed_before_the_next_model_loads(compare_models, prompt
     report = CompareRunner(inputs, ResultStore(out / "results.jsonl"), out, make_engine=make_engine).run()
     assert len(engines) == 2 and engines[-1]() is None
     assert all(m["status"] == "ok" for m in report["models"])
+
+
+def test_on_output_reports_each_request_as_it_finishes(compare_models):
+    from llmchat.engine import SamplingParams
+
+    llm = LLM(compare_models["qwen"], kv_cache_gb=0.02)
+    seen = []
+    outs = llm.generate(["Hello", "Once upon a time there was"],
+                        [SamplingParams(max_tokens=2, temperature=0), SamplingParams(max_tokens=7, temperature=0,
+                                                                                     ignore_eos=True)],
+                        on_output=lambda i, out: seen.append((i, out.token_ids)))
+    assert sorted(seen) == [(0, outs[0].token_ids), (1, outs[1].token_ids)]
+    assert seen[0][0] == 0                     # the 2-token request is reported before the 7-token one

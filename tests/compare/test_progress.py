@@ -12,11 +12,14 @@ class FakeTerminal(io.StringIO):
 def test_plain_lines_when_not_a_terminal():
     out = io.StringIO()
     bar = ProgressBar(out)
-    bar.update(0, 4, "loading a")
-    bar.update(0, 4, "loading a")              # unchanged: not repeated
-    bar.update(4, 4, "done")
+    bar.update(0, 40, "loading a")
+    bar.update(0, 40, "loading a")              # unchanged: not repeated
+    for done in range(1, 9):
+        bar.update(done, 40, "generating a")    # printed once per tenth of the work
+    bar.update(40, 40, "done")
     bar.close()
-    assert out.getvalue() == "compare: 0/4 loading a\ncompare: 4/4 done\n"
+    assert out.getvalue() == ("compare: 0/40 loading a\ncompare: 1/40 generating a\n"
+                              "compare: 4/40 generating a\ncompare: 8/40 generating a\ncompare: 40/40 done\n")
 
 
 def test_bar_redrawn_in_place_on_a_terminal():
