@@ -86,7 +86,7 @@ def _search(store, args) -> int:
         header = ["MODEL", "ARCHITECTURE", "PARAMS", "SIZE", "DOWNLOADS", "LIKES", "UPDATED"]
         print(_table(rows, header + (["CAN RUN"] if args.all else [])))
     if hidden:
-        print(f"\n{len(hidden)} more matched but are hidden: {unsupported_note()}. "
+        print(f"\n{len(hidden)} more result(s) hidden: {unsupported_note()}. "
               "Use --all to see them with the reason.")
     return 0
 

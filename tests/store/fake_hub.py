@@ -1,7 +1,7 @@
 """A stand-in Hugging Face Hub: a real HTTP server on 127.0.0.1 speaking what huggingface_hub uses.
 
 Endpoints: GET /api/models (search), GET /api/models/{repo}[/revision/{rev}] (info, ?blobs=true sizes),
-GET /api/models/{repo}/tree/{rev}, HEAD/GET /{repo}/resolve/{rev}/{file} with ETag (git sha1 or LFS sha256),
+HEAD/GET /{repo}/resolve/{rev}/{file} with ETag (git sha1 or LFS sha256),
 X-Repo-Commit, X-Linked-Etag/-Size, Content-Length and Range. Faults for tests: gated repos, a dropped
 connection midway, a corrupted body, slow bodies.
 """
@@ -146,15 +146,6 @@ def _make_handler(hub: FakeHub):
             m = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
             if m:
                 return self._info(m.group(1), m.group(2) or "main", query)
-            m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?", path)
-            if m:
-                repo = self._repo(m.group(1), m.group(2))
-                if repo:
-                    info = repo.info(blobs=True)["siblings"]
-                    self._json([{"type": "file", "path": s["rfilename"], "size": s["size"], "oid": s["blobId"],
-                                 **({"lfs": {"oid": s["lfs"]["sha256"], "size": s["size"], "pointerSize": 134}}
-                                    if "lfs" in s else {})} for s in info])
-                return
             m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
             if m:
                 return self._resolve(m.group(1), m.group(2), m.group(3), head)

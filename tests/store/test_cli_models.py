@@ -23,11 +23,14 @@ def cli(*args, env=None, ok=True):
 def test_search_pull_list_rm(hub_env, hub, tiny_model_dir):
     hub.add(FakeRepo.from_folder("org/tiny-llama", tiny_model_dir("llama"), downloads=5))
     hub.add(FakeRepo.from_folder("org/tiny-qwen3", tiny_model_dir("qwen3"), downloads=9))
+    binonly = hub.add(FakeRepo.from_folder("org/tiny-bin", tiny_model_dir("llama"), downloads=99))
+    binonly.files["pytorch_model.bin"] = binonly.files.pop("model.safetensors")
     found = json.loads(cli("search", "tiny", "--json").stdout)
     assert [m["repo_id"] for m in found["results"]] == ["org/tiny-qwen3", "org/tiny-llama"]
+    assert found["hidden"][0]["repo_id"] == "org/tiny-bin" and ".bin" in found["hidden"][0]["reason"]
     assert found["results"][0]["num_params"] > 0
     human = cli("search", "tiny").stdout
-    assert "org/tiny-qwen3" in human and "Qwen3ForCausalLM" in human
+    assert "org/tiny-qwen3" in human and "Qwen3ForCausalLM" in human and "1 more result(s) hidden" in human
     pulled = json.loads(cli("pull", "org/tiny-llama", "--json").stdout)
     assert pulled["supported"] and pulled["architecture"] == "LlamaForCausalLM"
     assert pulled["path"].startswith(os.environ["HF_HOME"])

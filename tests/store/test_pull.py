@@ -33,6 +33,7 @@ def test_pull_lands_in_hf_cache_and_lists(store, hub, tiny_model_dir, tmp_path):
     assert seen[-1].finished and seen[-1].done_bytes == seen[-1].total_bytes > 0
     assert all(a.done_bytes <= b.done_bytes for a, b in zip(seen, seen[1:]))
     assert {p.num_files for p in seen} == {len(list(snap.iterdir()))}
+    assert any(p.bytes_per_s > 0 and p.eta_s is not None for p in seen[:-1])
     # pulling again downloads nothing
     before = len(hub.requests)
     store.pull("org/tiny-qwen2")
