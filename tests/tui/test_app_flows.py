@@ -1,0 +1,160 @@
+"""App flows around the chat: persistence across restart, settings, malformed TOML, export, first run,
+memory budget, command palette, help."""
+from __future__ import annotations
+
+import json
+
+import tomli_w
+from helpers import notices, open_with_model, press, reply_done, send, wait_until
+from textual.widgets import DataTable, Input, TabbedContent, TextArea
+
+from llmchat.tui.app import LlmChatApp
+from llmchat.tui.screens.help_screen import HelpScreen
+from llmchat.tui.screens.models_screen import ModelsScreen
+from llmchat.tui.screens.session_settings import SessionSettingsScreen
+from llmchat.tui.screens.welcome import WelcomeScreen
+from llmchat.tui.widgets.sidebar import Sidebar
+
+SIZE = (140, 40)
+
+
+async def test_sessions_and_messages_survive_a_restart(dirs, chat_model):
+    app = LlmChatApp(model=str(chat_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: reply_done(app))
+        reply = app.current.messages[-1].content
+        await pilot.press("f2")
+        app.screen.query_one(Input).value = "kept"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.current.title == "kept", what="renamed")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: len(app.sessions) == 2)
+    again = LlmChatApp(show_welcome=False)
+    async with again.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        titles = sorted(s.title for s in again.sessions.values())
+        assert titles == ["New chat 2", "kept"]
+        kept = next(s for s in again.sessions.values() if s.title == "kept")
+        assert [(m.role, m.content) for m in kept.messages] == [("user", "hello"), ("assistant", reply)]
+        assert kept.messages[1].stats.num_generated_tokens > 0
+        assert kept.settings.model == str(chat_model)
+        assert len(again.query_one(Sidebar).list_view.children) == 2
+
+
+async def test_session_settings_screen_validates_and_saves(dirs, chat_model):
+    app = LlmChatApp(model=str(chat_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        await pilot.press("f3")
+        screen = app.screen
+        assert isinstance(screen, SessionSettingsScreen)
+        # defaults come from the model's generation_config (do_sample=False -> temperature 0.0)
+        assert screen.query_one("#temperature", Input).placeholder == "model default: 0.0"
+        screen.query_one("#top_p", Input).value = "2"
+        await pilot.press("ctrl+s")
+        assert "top_p must be in (0, 1]" in str(screen.query_one("#settings-error").render())
+        assert app.screen is screen
+        screen.query_one("#top_p", Input).value = "0.9"
+        screen.query_one("#temperature", Input).value = "0.7"
+        screen.query_one("#seed", Input).value = "42"
+        screen.query_one("#max_tokens", Input).value = "5"
+        screen.query_one("#system_prompt", TextArea).load_text("Answer briefly.")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: not isinstance(app.screen, SessionSettingsScreen), what="dialog closed")
+        s = app.current.settings
+        assert (s.temperature, s.top_p, s.seed, s.max_tokens, s.system_prompt) == (0.7, 0.9, 42, 5, "Answer briefly.")
+        assert app.db.load_sessions()[0].settings == s
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: reply_done(app))
+        reply = app.current.messages[-1]
+        assert reply.stats.num_generated_tokens <= 5
+        # the system prompt reached the engine: the prompt is longer than without it
+        assert reply.stats.num_prompt_tokens > 20
+
+
+async def test_malformed_settings_file_gives_a_notice_and_is_kept(dirs, chat_model):
+    path = dirs["config"] / "settings.toml"
+    path.write_text("kv_cache_gb = [broken")
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert any("not valid TOML" in n and "will not overwrite" in n for n in notices(app))
+        app.use_model(str(chat_model))          # would save default_model to settings.toml if allowed
+        await wait_until(pilot, lambda: any("not saved" in n for n in notices(app)), what="refusal notice")
+    assert path.read_text() == "kv_cache_gb = [broken"
+
+
+async def test_export_writes_markdown_and_json(dirs, chat_model):
+    app = LlmChatApp(model=str(chat_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: reply_done(app))
+        await pilot.press("f7")
+        await wait_until(pilot, lambda: any(n.startswith("Exported to") for n in notices(app)))
+        md, js = app.last_export
+        assert md.parent == dirs["data"] / "exports"
+        assert "## User\n\nhello" in md.read_text()
+        data = json.loads(js.read_text())
+        assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+        assert data["messages"][1]["content"] == app.current.messages[1].content
+
+
+async def test_first_run_guides_to_import_and_the_imported_model_is_used(dirs, chat_model):
+    app = LlmChatApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, WelcomeScreen), what="welcome screen")
+        await pilot.press("i")
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelsScreen), what="models screen")
+        screen = app.screen
+        assert screen.query_one(TabbedContent).active == "import"
+        screen.query_one("#import-path", Input).value = str(chat_model)
+        screen.query_one("#import-path", Input).focus()
+        await pilot.press("enter")
+        table = screen.query_one("#library-table", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 1, what="imported model in the library")
+        name = table.get_row_at(0)[0]
+        screen.query_one(TabbedContent).active = "library"
+        table.focus()
+        await pilot.press("enter")                  # use it in this session
+        await wait_until(pilot, lambda: len(app.engines.loaded) == 1, what="model loaded")
+        assert app.current.settings.model == name
+        assert app.settings.default_model == name   # remembered in settings.toml for next time
+        assert f'default_model = "{name}"' in (dirs["config"] / "settings.toml").read_text()
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: reply_done(app))
+        assert app.current.messages[-1].content
+
+
+async def test_memory_budget_unloads_the_least_recently_used_model(dirs, chat_model, long_model):
+    # budget for one tiny model plus its KV cache, not two
+    (dirs["config"] / "settings.toml").write_text(tomli_w.dumps({"memory_budget_gb": 0.05, "kv_cache_gb": 0.03}))
+    app = LlmChatApp(model=str(chat_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: reply_done(app))
+        await pilot.press("ctrl+n")
+        app.current.settings.model = str(long_model)
+        app.current.settings.max_tokens = 3
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: reply_done(app), what="reply from the second model")
+        assert [m.path.name for m in app.engines.loaded.values()] == [long_model.name]
+        assert any("Unloaded" in n and "memory budget" in n for n in notices(app))
+
+
+async def test_command_palette_runs_actions_and_help_lists_keys(dirs):
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+p")
+        await pilot.press(*"New session")
+        # the palette searches in a worker; Enter picks the highlighted hit once there is one
+        await wait_until(pilot, lambda: any(o.option_count for o in app.screen.query("CommandList")), what="hits")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(app.sessions) == 2, what="new session from the palette")
+        await press(pilot, "f1", until=lambda: isinstance(app.screen, HelpScreen), what="help")
+        text = app.screen.query_one("Markdown").source
+        assert "`ctrl+n`" in text and "`f4`" in text and str(dirs["data"]) in text
