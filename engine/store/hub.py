@@ -143,4 +143,4 @@ def search(query: str, sort: str = "downloads", limit: int = 20,
 
 
 def unsupported_note() -> str:
-    return f"{SUPPORTED_TEXT} ({', '.join(SUPPORTED_ARCHITECTURES)}); other architectures are hidden"
+    return f"{SUPPORTED_TEXT} ({', '.join(SUPPORTED_ARCHITECTURES)}, safetensors, unquantized)"
