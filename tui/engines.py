@@ -25,6 +25,7 @@ class LoadedModel:
     generation_defaults: dict = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
     active_requests: int = 0
+    adapters: set = field(default_factory=set)     # LoRA names loaded into this engine
 
     @property
     def total_bytes(self) -> int:
@@ -96,6 +97,12 @@ class EngineManager:
         finally:
             if key in self.loading and self.loading[key].done():
                 del self.loading[key]
+
+    async def ensure_adapter(self, model: LoadedModel, adapter: str | None) -> None:
+        """Load a LoRA adapter (library name or folder) into the model's engine the first time it is used."""
+        if adapter and adapter not in model.adapters:
+            await model.engine.load_adapter(adapter, adapter)
+            model.adapters.add(adapter)
 
     async def _load(self, name: str, path: Path) -> LoadedModel:
         weight_bytes = weights_size(path)

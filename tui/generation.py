@@ -42,6 +42,7 @@ async def stream_reply(engines: EngineManager, session: ChatSession, reply: Chat
                        on_request=lambda engine, request_id: None) -> None:
     """Fill `reply` as deltas arrive; sets finish_reason ("abort" when cancelled) and stats."""
     model = await engines.get(session.settings.model)
+    await engines.ensure_adapter(model, session.settings.adapter)
     params = sampling_params(session)
     if continuing:
         prompt = continuation_prompt(model.engine, session, reply)

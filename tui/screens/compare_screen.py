@@ -29,6 +29,8 @@ class CompareColumn(Vertical):
         yield Static("", classes="compare-stats")
 
     async def sync(self) -> None:
+        if not self.query(".compare-stats"):
+            return      # not composed yet
         if self.text != self.shown:
             self.shown = self.text
             await self.query_one(".compare-body", Markdown).update(self.text)
@@ -104,6 +106,7 @@ class CompareScreen(Screen):
         try:
             column.status = "loading model…"
             model = await self.app.engines.get(column.model)
+            await self.app.engines.ensure_adapter(model, column.adapter)
             column.status = "waiting for the first token…"
             params = SamplingParams(max_tokens=max_tokens, seed=seed)
             started, first, generated, metrics = time.monotonic(), None, 0, None
