@@ -1,0 +1,32 @@
+"""`llmchat run` in a subprocess prints the streamed reply; bad input gives a message, not a traceback."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from llmchat.engine import LLM, SamplingParams
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "run", *map(str, args)],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_run_prints_the_same_reply_as_the_api(tiny_model_dir):
+    folder = tiny_model_dir("qwen2")
+    proc = run_cli(folder, "Hello world!", "--system", "Be brief.", "--max-tokens", "12",
+                   "--temperature", "0", "--attention", "torch", "-v")
+    assert proc.returncode == 0, proc.stderr
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello world!"}]
+    expected = LLM(folder, attention_backend="torch").generate(
+        [chat], SamplingParams(max_tokens=12, temperature=0.0))[0]
+    assert proc.stdout == expected.text + "\n"
+    assert "KV cache" in proc.stderr and "tok/s" in proc.stderr
+
+
+def test_run_reports_bad_input_without_traceback(tiny_model_dir, tmp_path):
+    proc = run_cli(tiny_model_dir("qwen2"), "hi", "--temperature", "-1", "--attention", "torch")
+    assert proc.returncode == 2
+    assert "llmchat: error: temperature must be >= 0" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli(tmp_path / "nowhere", "hi")
+    assert proc.returncode == 2 and "llmchat: error:" in proc.stderr and "Traceback" not in proc.stderr
