@@ -27,6 +27,8 @@ class LLMEngine:
         from .model_runner import ModelRunner   # heavy: torch model + weights
 
         self.config = config
+        if config.num_threads:   # explicit user choice (torch's thread pool is process-wide)
+            torch.set_num_threads(config.num_threads)
         self.runner = ModelRunner(config)
         self.tokenizer = load_tokenizer(config.model_path)
         self.max_model_len: int = self.runner.max_model_len

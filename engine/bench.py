@@ -1,0 +1,128 @@
+"""Engine benchmark, one run: decode tok/s (1 session), aggregate tok/s (4/8/16 sessions), prefill tok/s,
+TTFT cold vs on a cached 1k-token prefix, resident memory; the same workload through transformers'
+generate as the baseline, reported as ratios. Shared machines are noisy: compare figures of one run.
+"""
+from __future__ import annotations
+
+import gc
+import time
+
+import psutil
+import torch
+
+from .llm import LLM
+from .sampling_params import SamplingParams
+
+MB = 1 << 20
+
+
+def _prompt(n: int, seed: int, vocab: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(100, min(vocab, 30000) - 1, (n,), generator=g).tolist()
+
+
+def _fixed(n: int) -> SamplingParams:
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+def engine_figures(llm: LLM, sessions: list[int], new_tokens: int, prompt_len: int, prefix_len: int) -> dict:
+    vocab = llm.engine.vocab_size
+    llm.generate([_prompt(prompt_len, 0, vocab)], _fixed(8))                       # warm-up
+    out = llm.generate([_prompt(prompt_len, 1, vocab)], _fixed(new_tokens))[0]
+    fig = {"decode_tok_s_1": out.metrics.decode_tokens_per_s}
+    for k in sessions:
+        prompts = [_prompt(prompt_len, 100 * k + i, vocab) for i in range(k)]
+        t0 = time.perf_counter()
+        outs = llm.generate(prompts, _fixed(new_tokens))
+        fig[f"aggregate_tok_s_{k}"] = sum(len(o.token_ids) for o in outs) / (time.perf_counter() - t0)
+    prefix = _prompt(prefix_len, 7, vocab)
+    cold = llm.generate([prefix], _fixed(1))[0]                                    # also fills the cache
+    fig["prefill_tok_s"] = prefix_len / cold.metrics.ttft
+    fig["ttft_cold_s"] = cold.metrics.ttft
+    warm = llm.generate([prefix + _prompt(16, 8, vocab)], _fixed(1))[0]
+    fig["ttft_cached_prefix_s"] = warm.metrics.ttft
+    fig["cached_prefix_tokens"] = warm.metrics.num_cached_tokens
+    fig["ttft_cached_over_cold"] = warm.metrics.ttft / cold.metrics.ttft
+    return fig
+
+
+@torch.inference_mode()
+def transformers_figures(model_path, dtype: torch.dtype, sessions: list[int], new_tokens: int,
+                         prompt_len: int, prefix_len: int, vocab: int) -> dict:
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype).eval()
+    pad = model.generation_config.pad_token_id
+    pad = pad if pad is not None else 0
+
+    def gen(prompts: list[list[int]], n: int) -> float:
+        width = max(len(p) for p in prompts)      # left padding, like batched chat serving in HF
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        t0 = time.perf_counter()
+        model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+                       pad_token_id=pad)
+        return time.perf_counter() - t0
+
+    gen([_prompt(prompt_len, 0, vocab)], 8)                                        # warm-up
+    one = [_prompt(prompt_len, 1, vocab)]
+    t_first, t_all = gen(one, 1), gen(one, new_tokens)
+    fig = {"decode_tok_s_1": (new_tokens - 1) / max(t_all - t_first, 1e-9)}
+    for k in sessions:
+        prompts = [_prompt(prompt_len, 100 * k + i, vocab) for i in range(k)]
+        fig[f"aggregate_tok_s_{k}"] = k * new_tokens / gen(prompts, new_tokens)
+    ttft = gen([_prompt(prefix_len, 7, vocab)], 1)
+    fig["prefill_tok_s"] = prefix_len / ttft
+    fig["ttft_cold_s"] = ttft
+    fig["ttft_cached_prefix_s"] = gen([_prompt(prefix_len, 7, vocab) + _prompt(16, 8, vocab)], 1)
+    return fig
+
+
+def run(model_path, dtype: str = "bfloat16", sessions=(4, 8, 16), new_tokens: int = 64, prompt_len: int = 32,
+        prefix_len: int = 1024, kv_cache_gb: float = 1.0, baseline: bool = True, **engine_kwargs) -> dict:
+    rss0 = psutil.Process().memory_info().rss
+    llm = LLM(model_path, dtype=dtype, kv_cache_gb=kv_cache_gb, **engine_kwargs)
+    runner = llm.engine.runner
+    weights = sum(t.numel() * t.element_size() for t in runner.model.state_dict().values())
+    result = {
+        "model": str(model_path), "dtype": str(runner.dtype).replace("torch.", ""),
+        "attention_backend": runner.attention_backend, "threads": torch.get_num_threads(),
+        "kv_cache_gb": llm.metrics().kv_cache_gb, "new_tokens": new_tokens, "prompt_len": prompt_len,
+        "prefix_len": prefix_len,
+        "engine": engine_figures(llm, list(sessions), new_tokens, prompt_len, prefix_len),
+    }
+    rss = psutil.Process().memory_info().rss
+    result["memory_mb"] = {"resident": rss / MB, "resident_before_load": rss0 / MB, "weights": weights / MB,
+                           "kv_budget": llm.metrics().kv_cache_gb * 1024,
+                           "over_weights_plus_kv": (rss - weights) / MB - llm.metrics().kv_cache_gb * 1024}
+    vocab = llm.engine.vocab_size
+    del llm, runner
+    gc.collect()
+    if baseline:
+        hf = transformers_figures(model_path, getattr(torch, result["dtype"]), list(sessions), new_tokens,
+                                  prompt_len, prefix_len, vocab)
+        result["transformers"] = hf
+        result["ratio_vs_transformers"] = {
+            k: result["engine"][k] / v if "tok_s" in k else v / result["engine"][k]
+            for k, v in hf.items() if k in result["engine"] and result["engine"][k]}
+    return result
+
+
+def format_report(r: dict) -> str:
+    e, hf, ratio = r["engine"], r.get("transformers", {}), r.get("ratio_vs_transformers", {})
+    lines = [f"llmchat bench: {r['model']} ({r['dtype']}, attention={r['attention_backend']}, "
+             f"{r['threads']} threads, KV cache {r['kv_cache_gb']:.2f} GiB)",
+             f"{'figure':<28}{'llmchat':>12}{'transformers':>14}{'ratio':>9}"]
+    rows = [("decode tok/s, 1 session", "decode_tok_s_1")]
+    rows += [(f"aggregate tok/s, {k[16:]} sessions", k) for k in e if k.startswith("aggregate_tok_s_")]
+    rows += [(f"prefill tok/s ({r['prefix_len']} tok)", "prefill_tok_s"), ("TTFT cold, s", "ttft_cold_s"),
+             ("TTFT cached prefix, s", "ttft_cached_prefix_s")]
+    for label, key in rows:
+        theirs = f"{hf[key]:.3f}" if key in hf and key.startswith("ttft") else (f"{hf[key]:.1f}" if key in hf else "-")
+        mine = f"{e[key]:.3f}" if key.startswith("ttft") else f"{e[key]:.1f}"
+        lines.append(f"{label:<28}{mine:>12}{theirs:>14}{(f'{ratio[key]:.2f}x' if key in ratio else '-'):>9}")
+    lines.append(f"cached-prefix TTFT / cold TTFT: {e['ttft_cached_over_cold']:.1%} "
+                 f"({e['cached_prefix_tokens']} prompt tokens from the cache)")
+    m = r["memory_mb"]
+    lines.append(f"resident {m['resident']:.0f} MB = weights {m['weights']:.0f} MB + KV budget {m['kv_budget']:.0f} MB "
+                 f"+ {m['over_weights_plus_kv']:.0f} MB other (Python, torch, tokenizer)")
+    return "\n".join(lines)

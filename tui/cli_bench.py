@@ -1,0 +1,39 @@
+"""`llmchat bench MODEL_PATH [--json] [--kernels]`: engine throughput and latency vs transformers."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="measure tokens/s and TTFT of the engine vs transformers",
+                              description="Decode, multi-session, prefill and cached-prefix figures in one run.")
+    p.add_argument("model", metavar="MODEL_PATH", nargs="?", help="model folder (or a name from `llmchat models`)")
+    p.add_argument("--dtype", default="bfloat16", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--sessions", type=int, nargs="+", default=[4, 8, 16], help="concurrent sessions to measure")
+    p.add_argument("--tokens", type=int, default=64, help="new tokens per session")
+    p.add_argument("--prefix", type=int, default=1024, help="prompt length of the prefill/TTFT figures")
+    p.add_argument("--kv-cache-gb", type=float, default=1.0)
+    p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the transformers baseline")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--kernels", action="store_true", help="run the kernel micro-benchmark (llmchat.kernels.bench)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.kernels:
+        from llmchat.kernels.bench import main as kernels_main
+        status = kernels_main(["--json"] if args.json else [])
+        if not args.model:
+            return status
+    if not args.model:
+        raise ValueError("give a MODEL_PATH (or --kernels alone)")
+    from llmchat.engine.bench import format_report, run as run_bench
+    from llmchat.tui.cli_run import _resolve
+
+    result = run_bench(_resolve(args.model), dtype=args.dtype, sessions=args.sessions, new_tokens=args.tokens,
+                       prefix_len=args.prefix, kv_cache_gb=args.kv_cache_gb, baseline=not args.no_baseline,
+                       attention_backend=args.attention_backend, num_threads=args.threads)
+    print(json.dumps(result, indent=2) if args.json else format_report(result))
+    return 0
