@@ -78,8 +78,11 @@ class TorchAttention:
 
     @staticmethod
     def write_kv(key, value, key_cache, value_cache, md: AttentionMetadata) -> None:
-        blocks = torch.div(md.slot_mapping, md.block_size, rounding_mode="floor")
-        offsets = md.slot_mapping - blocks * md.block_size
+        where = md._torch_plan.get("slots")
+        if where is None:  # once per step, shared by all layers
+            blocks = torch.div(md.slot_mapping, md.block_size, rounding_mode="floor")
+            where = md._torch_plan["slots"] = (blocks, md.slot_mapping - blocks * md.block_size)
+        blocks, offsets = where
         key_cache[blocks, :, offsets] = key
         value_cache[blocks, :, offsets] = value
 

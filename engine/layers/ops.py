@@ -10,7 +10,7 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from .rotary import apply_rotary_torch
+from .rotary import apply_rotary_torch, cos_sin_for
 
 log = logging.getLogger(__name__)
 _warned = False
@@ -20,6 +20,10 @@ class TorchOps:
     """Reference implementations, numerically the same as transformers' modules."""
 
     name = "torch"
+
+    def __init__(self) -> None:
+        self._rope_key: tuple | None = None   # (positions, cache) of the last step: cos/sin reused by all layers
+        self._rope_value = None
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -33,9 +37,11 @@ class TorchOps:
         residual.add_(x)
         return TorchOps.rms_norm(residual, weight, eps), residual
 
-    @staticmethod
-    def rotary_embedding(positions, query, key, cos_sin_cache, head_dim) -> None:
-        apply_rotary_torch(positions, query, key, cos_sin_cache, head_dim)
+    def rotary_embedding(self, positions, query, key, cos_sin_cache, head_dim) -> None:
+        key_ = self._rope_key
+        if key_ is None or key_[0] is not positions or key_[1] is not cos_sin_cache:
+            self._rope_key, self._rope_value = (positions, cos_sin_cache), cos_sin_for(positions, cos_sin_cache)
+        apply_rotary_torch(query, key, *self._rope_value, head_dim)
 
     @staticmethod
     def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

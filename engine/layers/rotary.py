@@ -104,14 +104,20 @@ def cos_sin_cache(config: dict[str, Any], head_dim: int, max_positions: int) -> 
     return torch.cat((freqs.cos() * scaling, freqs.sin() * scaling), dim=-1).contiguous()
 
 
-def apply_rotary_torch(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-                       cache: torch.Tensor, head_dim: int) -> None:
-    """Neox-style rotation of query [T, Hq*D] and key [T, Hkv*D] in place (the pure-torch reference)."""
+def cos_sin_for(positions: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Full-width cos and sin [T, 1, rot_dim] for these positions (duplicated halves, as transformers)."""
     cos_sin = cache.index_select(0, positions)
     half = cos_sin.shape[-1] // 2
     cos = torch.cat((cos_sin[:, :half], cos_sin[:, :half]), dim=-1)[:, None, :]
     sin = torch.cat((cos_sin[:, half:], cos_sin[:, half:]), dim=-1)[:, None, :]
-    rot = 2 * half
+    return cos, sin
+
+
+def apply_rotary_torch(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       head_dim: int) -> None:
+    """Neox-style rotation of query [T, Hq*D] and key [T, Hkv*D] in place (the pure-torch reference)."""
+    rot = cos.shape[-1]
+    half = rot // 2
     for x in (query, key):
         heads = x.view(x.shape[0], -1, head_dim)
         part = heads[..., :rot]

@@ -113,6 +113,9 @@ class CausalLM(nn.Module):
         cache = cos_sin_cache(self.args.config, self.args.head_dim, max_positions)
         for layer in self.model.layers:
             layer.self_attn.rotary_cache = cache
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.pack(keep_dense=module is self.lm_head and self.args.tie_word_embeddings)
 
     def forward(self, input_ids: torch.Tensor, md: AttentionMetadata, kv_caches: list,
                 logits_rows: torch.Tensor | None) -> torch.Tensor:

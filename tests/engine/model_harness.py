@@ -43,7 +43,10 @@ class Blocks:
 
 
 def make_runner(folder, backend: str = "torch", dtype: str = "float32", **kw) -> ModelRunner:
-    return ModelRunner(EngineConfig(folder, dtype=dtype, attention_backend=backend, **kw))
+    runner = ModelRunner(EngineConfig(folder, dtype=dtype, attention_backend=backend, **kw))
+    # a missing kernels build must fail the kernels tests, not quietly test the torch path twice
+    assert runner.attention_backend == backend, f"llmchat.kernels unavailable: ran {runner.attention_backend}"
+    return runner
 
 
 def step(runner: ModelRunner, blocks: Blocks, work: list[tuple[Seq, int]]) -> torch.Tensor:

@@ -7,12 +7,15 @@ from model_harness import Blocks, Seq, greedy, hf_greedy, hf_last_logits, hf_mod
 from tiny_models import ARCHS
 
 ATOL = 2e-4
+# "kernels" must really run llmchat.kernels: make_runner asserts the backend was not downgraded.
+BACKENDS = ("torch", "kernels")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_prefill_batch_matches_transformers(tiny_model_dir, arch):
+def test_prefill_batch_matches_transformers(tiny_model_dir, arch, backend):
     folder = tiny_model_dir(arch)
-    runner, hf = make_runner(folder), hf_model(folder)
+    runner, hf = make_runner(folder, backend), hf_model(folder)
     blocks = Blocks(runner)
     prompts = [prompt(n, seed) for seed, n in enumerate((37, 1, 16, 5))]
     logits = step(runner, blocks, [(Seq(i, p), len(p)) for i, p in enumerate(prompts)])
@@ -21,10 +24,11 @@ def test_prefill_batch_matches_transformers(tiny_model_dir, arch):
         torch.testing.assert_close(row, hf_last_logits(hf, ids), atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_chunked_prefill_across_steps_matches(tiny_model_dir, arch):
+def test_chunked_prefill_across_steps_matches(tiny_model_dir, arch, backend):
     folder = tiny_model_dir(arch)
-    runner, hf = make_runner(folder), hf_model(folder)
+    runner, hf = make_runner(folder, backend), hf_model(folder)
     blocks = Blocks(runner)
     long_ids, short_ids = prompt(45, 1), prompt(9, 2)
     long_seq, short_seq = Seq(0, long_ids), Seq(1, short_ids)
@@ -39,12 +43,13 @@ def test_chunked_prefill_across_steps_matches(tiny_model_dir, arch):
         short_seq.token_ids.append(int(logits[1].argmax()))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_greedy_varlen_decode_matches_generate(tiny_model_dir, arch):
+def test_greedy_varlen_decode_matches_generate(tiny_model_dir, arch, backend):
     """Several sequences of different lengths decode together through the paged cache for 24 steps;
     every step's logits and every token equal transformers' generate."""
     folder = tiny_model_dir(arch)
-    runner, hf = make_runner(folder), hf_model(folder)
+    runner, hf = make_runner(folder, backend), hf_model(folder)
     prompts = [prompt(n, 10 + n) for n in (3, 20, 33)]
     tokens, rows = greedy(runner, Blocks(runner), prompts, max_new=24, chunk=8)
     for ids, got, got_rows in zip(prompts, tokens, rows):

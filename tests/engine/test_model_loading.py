@@ -43,7 +43,8 @@ def test_bfloat16_load_runs_and_stays_close(tmp_path):
     folder = make_model(tmp_path, "qwen3")
     runner, hf = make_runner(folder, dtype="bfloat16"), hf_model(folder)
     assert runner.dtype == torch.bfloat16
-    assert runner.model.model.layers[0].self_attn.qkv_proj.weight.dtype == torch.bfloat16
+    qkv = runner.model.model.layers[0].self_attn.qkv_proj
+    assert (qkv.weight if qkv.weight is not None else qkv.packed_weight).dtype == torch.bfloat16
     blocks = Blocks(runner)
     assert runner.key_caches[0].dtype == torch.bfloat16
     ids = prompt(40, 3)
