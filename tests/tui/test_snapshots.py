@@ -1,0 +1,87 @@
+"""Snapshots of the main screens (pytest-textual-snapshot). Live figures (TTFT, tok/s, the engine panel,
+toasts with load times) are replaced by fixed values before the screenshot; the tiny model is greedy."""
+from __future__ import annotations
+
+from helpers import notices, reply_done, send, wait_until
+
+from llmchat.engine.metrics import MetricsSnapshot
+from llmchat.engine.store import ModelStore
+from llmchat.tui.app import LlmChatApp
+from llmchat.tui.chat_state import ReplyStats
+from llmchat.tui.widgets.engine_panel import HISTORY, EnginePanel
+
+SIZE = (140, 40)
+
+
+def freeze_live_figures(app) -> None:
+    """Stop the metrics timer and show fixed figures where real timings would be."""
+    app.metrics_timer.pause()
+    app.clear_notifications()
+    for session in app.sessions.values():
+        for message in session.messages:
+            if message.stats:
+                message.stats = ReplyStats(ttft=0.05, tokens_per_s=100.0,
+                                           num_generated_tokens=message.stats.num_generated_tokens,
+                                           num_prompt_tokens=message.stats.num_prompt_tokens,
+                                           num_cached_tokens=message.stats.num_cached_tokens)
+    panel = app.query_one(EnginePanel)
+    snapshot = MetricsSnapshot(generation_tokens_per_s=0.0, kv_blocks_used=2, kv_blocks_total=100)
+    panel.history.extend([10.0 * (i % 5) for i in range(HISTORY - 1)])
+    panel.show([("chat-model", snapshot)], [])
+
+
+async def model_ready(pilot, app) -> None:
+    """Loaded, and the load notice (with its timing) posted, so nothing changes after the freeze."""
+    await wait_until(pilot, lambda: any("loaded in" in n for n in notices(app)), what="model loaded notice")
+
+
+def test_main_screen_with_a_reply(dirs, chat_model, snap_compare):
+    app = LlmChatApp(model=str(chat_model), show_welcome=False)
+
+    async def run_before(pilot):
+        await model_ready(pilot, app)
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: reply_done(app))
+        await send(pilot, "Write code")
+        await wait_until(pilot, lambda: reply_done(app))
+        freeze_live_figures(app)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_session_settings_screen(dirs, chat_model, snap_compare):
+    name = ModelStore().import_path(chat_model).name    # a library name: the model field shows no tmp path
+    app = LlmChatApp(model=name, show_welcome=False)
+
+    async def run_before(pilot):
+        await model_ready(pilot, app)
+        freeze_live_figures(app)
+        await pilot.press("f3")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_first_run_welcome_screen(dirs, snap_compare):
+    app = LlmChatApp()
+
+    async def run_before(pilot):
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "WelcomeScreen")
+        freeze_live_figures(app)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_models_screen_library(dirs, chat_model, snap_compare):
+    ModelStore().import_path(chat_model)
+    app = LlmChatApp(show_welcome=False)
+
+    async def run_before(pilot):
+        freeze_live_figures(app)
+        await pilot.press("f4")
+        await wait_until(pilot, lambda: app.screen.query_one("#library-table").row_count == 1)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
