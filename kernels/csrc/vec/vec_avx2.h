@@ -31,6 +31,8 @@ inline float hmax(__m256 x) {
 }
 }  // namespace avx2
 
+inline constexpr int kRegVecs = 8;  // 16 ymm registers, two per VecF
+
 struct VecF {
   __m256 lo, hi;
   static VecF zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
@@ -71,6 +73,17 @@ inline float reduce_max(VecF a) { return avx2::hmax(_mm256_max_ps(a.lo, a.hi)); 
 inline VecF round_nearest(VecF a) {
   constexpr int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   return {_mm256_round_ps(a.lo, mode), _mm256_round_ps(a.hi, mode)};
+}
+using Vec4 = __m128;
+inline void store4(float* p, Vec4 x) { _mm_storeu_ps(p, x); }
+inline VecF concat4(Vec4 a, Vec4 b, Vec4 c, Vec4 d) { return {_mm256_set_m128(b, a), _mm256_set_m128(d, c)}; }
+inline Vec4 reduce_add4(VecF a, VecF b, VecF c, VecF d) {
+  __m256 a8 = _mm256_add_ps(a.lo, a.hi), b8 = _mm256_add_ps(b.lo, b.hi);
+  __m256 c8 = _mm256_add_ps(c.lo, c.hi), d8 = _mm256_add_ps(d.lo, d.hi);
+  __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a8, b8), _mm256_unpackhi_ps(a8, b8));
+  __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c8, d8), _mm256_unpackhi_ps(c8, d8));
+  __m256 abcd = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 inline VecF pow2i(VecF n) {
   auto one = [](__m256 x) {

@@ -11,6 +11,8 @@ inline constexpr const char* kIsa = "avx512+bf16";
 inline constexpr const char* kIsa = "avx512";
 #endif
 
+inline constexpr int kRegVecs = 32;  // VecF values the register file holds
+
 struct VecF {
   __m512 v;
   static VecF zero() { return {_mm512_setzero_ps()}; }
@@ -53,6 +55,32 @@ inline float reduce_max(VecF a) { return _mm512_reduce_max_ps(a.v); }
 inline VecF round_nearest(VecF a) {
   return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
 }
+// Four horizontal sums at once (lane i = sum of the i-th vector): cheaper than four reduce_add.
+using Vec4 = __m128;
+inline void store4(float* p, Vec4 x) { _mm_storeu_ps(p, x); }
+inline VecF concat4(Vec4 a, Vec4 b, Vec4 c, Vec4 d) {
+  __m512 r = _mm512_insertf32x4(_mm512_castps128_ps512(a), b, 1);
+  return {_mm512_insertf32x4(_mm512_insertf32x4(r, c, 2), d, 3)};
+}
+inline Vec4 reduce_add4(VecF a, VecF b, VecF c, VecF d) {
+  __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a.v, b.v), _mm512_unpackhi_ps(a.v, b.v));
+  __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c.v, d.v), _mm512_unpackhi_ps(c.v, d.v));
+  __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));  // [a b c d] x4
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+#ifdef __AVX512BF16__
+// 32 bf16 values; dot_bf16 is VDPBF16PS (pairs of bf16 products accumulated in fp32).
+#define LLMCHAT_NATIVE_BF16_DOT 1
+struct VecB {
+  __m512bh v;
+  static VecB load(const bf16_t* p) { return {(__m512bh)_mm512_loadu_si512(p)}; }
+};
+inline VecF dot_bf16(VecF acc, VecB a, VecB b) { return {_mm512_dpbf16_ps(acc.v, a.v, b.v)}; }
+#endif
+
 // 2^n for integral n in [-127, 128): built directly in the exponent field (n = -127 gives 0).
 inline VecF pow2i(VecF n) {
   __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n.v), _mm512_set1_epi32(127));

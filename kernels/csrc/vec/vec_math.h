@@ -22,6 +22,13 @@ inline VecF exp(VecF x) {
   return p * pow2i(n);
 }
 
+// Hint the next KV block into the cache: paged blocks sit at scattered addresses that the hardware
+// prefetcher cannot predict. (GCC/Clang builtin; a no-op where unsupported.)
+inline void prefetch_range(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i, 0, 1);
+}
+
 inline VecF silu(VecF x) { return x / (VecF::set1(1.0f) + exp(VecF::zero() - x)); }
 
 // Rounds each lane to the precision of storage type T (what torch does between two bf16 ops).
@@ -31,5 +38,15 @@ template <typename T> inline VecF round_to(VecF x) {
   return VecF::load(tmp);
 }
 template <> inline VecF round_to<float>(VecF x) { return x; }
+
+#ifndef LLMCHAT_NATIVE_BF16_DOT
+// Portable bf16 pair-dot: which lane holds which product differs from the native instructions,
+// but the horizontal sum (all the kernels use) is the same dot product.
+struct VecB {
+  VecF lo, hi;
+  static VecB load(const bf16_t* p) { return {VecF::load(p), VecF::load(p + 16)}; }
+};
+inline VecF dot_bf16(VecF acc, VecB a, VecB b) { return fma(a.hi, b.hi, fma(a.lo, b.lo, acc)); }
+#endif
 
 }  // namespace llmchat::vec

@@ -6,7 +6,7 @@
 
 namespace llmchat::vec {
 
-#if defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC) || defined(__ARM_FEATURE_BF16)
+#if defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC)
 #define LLMCHAT_NEON_BF16 1
 inline constexpr const char* kIsa = "neon+bf16";
 #else
@@ -28,6 +28,8 @@ inline uint16x4_t narrow_bf16(float32x4_t v) {
 #endif
 }
 }  // namespace neon
+
+inline constexpr int kRegVecs = 8;  // 32 q registers, four per VecF
 
 struct VecF {
   float32x4_t v[4];
@@ -79,6 +81,30 @@ inline float reduce_max(VecF a) {
 inline VecF round_nearest(VecF a) {
   return {{vrndnq_f32(a.v[0]), vrndnq_f32(a.v[1]), vrndnq_f32(a.v[2]), vrndnq_f32(a.v[3])}};
 }
+using Vec4 = float32x4_t;
+inline void store4(float* p, Vec4 x) { vst1q_f32(p, x); }
+inline VecF concat4(Vec4 a, Vec4 b, Vec4 c, Vec4 d) { return {{a, b, c, d}}; }
+inline Vec4 reduce_add4(VecF a, VecF b, VecF c, VecF d) {
+  auto fold = [](const VecF& x) { return vaddq_f32(vaddq_f32(x.v[0], x.v[1]), vaddq_f32(x.v[2], x.v[3])); };
+  return vpaddq_f32(vpaddq_f32(fold(a), fold(b)), vpaddq_f32(fold(c), fold(d)));
+}
+
+#ifdef LLMCHAT_NEON_BF16
+// 32 bf16 values; dot_bf16 is BFDOT (pairs of bf16 products accumulated in fp32).
+#define LLMCHAT_NATIVE_BF16_DOT 1
+struct VecB {
+  bfloat16x8_t v[4];
+  static VecB load(const bf16_t* p) {
+    const bfloat16_t* b = reinterpret_cast<const bfloat16_t*>(p);
+    return {{vld1q_bf16(b), vld1q_bf16(b + 8), vld1q_bf16(b + 16), vld1q_bf16(b + 24)}};
+  }
+};
+inline VecF dot_bf16(VecF acc, VecB a, VecB b) {
+  for (int i = 0; i < 4; ++i) acc.v[i] = vbfdotq_f32(acc.v[i], a.v[i], b.v[i]);
+  return acc;
+}
+#endif
+
 inline VecF pow2i(VecF n) {
   VecF r;
   for (int i = 0; i < 4; ++i) {

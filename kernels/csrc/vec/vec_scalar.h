@@ -7,6 +7,8 @@ namespace llmchat::vec {
 
 inline constexpr const char* kIsa = "scalar";
 
+inline constexpr int kRegVecs = 8;
+
 struct VecF {
   float v[16];
   static VecF zero() { return set1(0.f); }
@@ -39,6 +41,14 @@ inline VecF fma(VecF a, VecF b, VecF c) {
 }
 inline float reduce_add(VecF a) { float s = 0.f; for (float e : a.v) s += e; return s; }
 inline float reduce_max(VecF a) { float m = a.v[0]; for (float e : a.v) m = e > m ? e : m; return m; }
+struct Vec4 { float v[4]; };
+inline void store4(float* p, Vec4 x) { for (int i = 0; i < 4; ++i) p[i] = x.v[i]; }
+inline VecF concat4(Vec4 a, Vec4 b, Vec4 c, Vec4 d) {
+  VecF r;
+  for (int i = 0; i < 4; ++i) r.v[i] = a.v[i], r.v[4 + i] = b.v[i], r.v[8 + i] = c.v[i], r.v[12 + i] = d.v[i];
+  return r;
+}
+inline Vec4 reduce_add4(VecF a, VecF b, VecF c, VecF d) { return {{reduce_add(a), reduce_add(b), reduce_add(c), reduce_add(d)}}; }
 inline VecF round_nearest(VecF a) { VecF r; for (int i = 0; i < 16; ++i) r.v[i] = std::nearbyint(a.v[i]); return r; }
 inline VecF pow2i(VecF n) {
   VecF r;

@@ -1,0 +1,172 @@
+"""Kernel benchmark: paged decode attention as GB/s of KV read next to this machine's memory bandwidth
+(measured in the same run), the same work through torch SDPA on gathered K/V, and prefill GFLOP/s.
+
+    python -m llmchat.kernels.bench [--contexts 1024 4096 8192] [--json]
+    llmchat bench --kernels   (calls main)
+
+Every decode run reads K/V blocks that are not in the last-level cache (the pool is rotated), so the
+GB/s figure is a DRAM figure. Each figure is the best of several runs (kernel, SDPA and the bandwidth
+probe alike): on a shared machine that is the least disturbed run. Compare figures from one run, as ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+POOL_MB = 512  # KV pool well above the L3 size, rotated between runs
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+
+
+def _best_seconds(fn, reps: int) -> float:
+    fn()  # warm-up (page faults, thread pool start)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def memory_bandwidth(mbytes: int = 512, reps: int = 10) -> dict:
+    """Read bandwidth (sum of a large fp32 tensor) and copy bandwidth (read + write), GB/s."""
+    x = torch.ones(mbytes << 18)  # mbytes MiB of fp32
+    y = torch.empty_like(x)
+    nbytes = x.numel() * 4
+    read = _best_seconds(lambda: x.sum(), reps)
+    copy = _best_seconds(lambda: y.copy_(x), reps)
+    return {"read_gbps": nbytes / read / 1e9, "copy_gbps": 2 * nbytes / copy / 1e9}
+
+
+class _Pool:
+    """A paged KV cache large enough that consecutive runs touch different (cold) blocks."""
+
+    def __init__(self, ctx: int, batch: int, hkv: int, d: int, bs: int, dtype: torch.dtype, pool_mb: int):
+        block_bytes = hkv * bs * d * torch.tensor([], dtype=dtype).element_size()
+        per_run = batch * ((ctx + bs - 1) // bs)
+        self.runs = max(1, (pool_mb << 20) // (2 * block_bytes * per_run))
+        num_blocks = self.runs * per_run
+        self.key = torch.randn(num_blocks, hkv, bs, d).to(dtype)
+        self.value = torch.randn(num_blocks, hkv, bs, d).to(dtype)
+        ids = torch.randperm(num_blocks).to(torch.int32)
+        self.tables = ids.view(self.runs, batch, per_run // batch)
+        self.next = 0
+
+    def table(self) -> torch.Tensor:
+        self.next = (self.next + 1) % self.runs
+        return self.tables[self.next]
+
+
+def _gather(cache: torch.Tensor, table: torch.Tensor, ctx: int) -> torch.Tensor:
+    """[num_blocks, Hkv, bs, D] + block ids -> [Hkv, ctx, D] (what a torch-only engine must do)."""
+    blocks = cache[table.long()]
+    return blocks.permute(1, 0, 2, 3).reshape(cache.shape[1], -1, cache.shape[3])[:, :ctx]
+
+
+def decode_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int = 16, batch: int = 1,
+                reps: int = 20, pool_mb: int = POOL_MB) -> dict:
+    import llmchat.kernels as K
+
+    pool = _Pool(ctx, batch, hkv, d, bs, dtype, pool_mb)
+    q = torch.randn(batch, hq, d).to(dtype)
+    seq_lens = torch.full((batch,), ctx, dtype=torch.int32)
+    qsl = torch.arange(batch + 1, dtype=torch.int32)
+    out = torch.empty_like(q)
+    scale = d ** -0.5
+    kernel = _best_seconds(lambda: K.paged_attention(q, pool.key, pool.value, pool.table(), seq_lens, qsl, scale,
+                                                       out=out), reps)
+
+    def sdpa():
+        table = pool.table()
+        for s in range(batch):
+            k, v = _gather(pool.key, table[s], ctx), _gather(pool.value, table[s], ctx)
+            torch.nn.functional.scaled_dot_product_attention(q[s][:, None], k, v, scale=scale, enable_gqa=True)
+
+    torch_s = _best_seconds(sdpa, max(3, reps // 4))
+    kv_bytes = 2 * batch * ctx * hkv * d * q.element_size()
+    return {"context": ctx, "batch": batch, "heads": f"{hq}/{hkv}x{d}", "dtype": str(dtype).replace("torch.", ""),
+            "kernel_ms": kernel * 1e3, "kv_gbps": kv_bytes / kernel / 1e9, "sdpa_gather_ms": torch_s * 1e3,
+            "speedup_vs_sdpa": torch_s / kernel}
+
+
+def prefill_case(length: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int = 16, reps: int = 3) -> dict:
+    import llmchat.kernels as K
+
+    nb = (length + bs - 1) // bs
+    key = torch.randn(nb, hkv, bs, d).to(dtype)
+    value = torch.randn(nb, hkv, bs, d).to(dtype)
+    table = torch.arange(nb, dtype=torch.int32)[None]
+    q = torch.randn(length, hq, d).to(dtype)
+    seq_lens = torch.tensor([length], dtype=torch.int32)
+    qsl = torch.tensor([0, length], dtype=torch.int32)
+    kernel = _best_seconds(lambda: K.paged_attention(q, key, value, table, seq_lens, qsl, d ** -0.5), reps)
+    k, v = _gather(key, table[0], length), _gather(value, table[0], length)
+    qt = q.transpose(0, 1)
+    torch_s = _best_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(
+        qt, k, v, is_causal=True, enable_gqa=True), reps)
+    flops = 4 * hq * d * length * (length + 1) / 2  # QK^T and PV over the causal half
+    return {"length": length, "heads": f"{hq}/{hkv}x{d}", "dtype": str(dtype).replace("torch.", ""),
+            "kernel_ms": kernel * 1e3, "gflops": flops / kernel / 1e9, "sdpa_causal_gflops": flops / torch_s / 1e9}
+
+
+def run(contexts=(1024, 4096, 8192, 16384), prefill_lengths=(512, 2048), dtype: str = "bf16",
+        heads=(32, 8, 128), reps: int = 20, pool_mb: int = POOL_MB) -> dict:
+    """All figures as a dict (what --json prints)."""
+    import llmchat.kernels as K
+
+    if not K.available():
+        raise RuntimeError(f"llmchat kernels are not built: {K.load_error()}")
+    dt = DTYPES[dtype]
+    hq, hkv, d = heads
+    bw = memory_bandwidth(pool_mb)
+    decode = [decode_case(c, hq, hkv, d, dt, reps=reps, pool_mb=pool_mb) for c in contexts]
+    for row in decode:
+        row["pct_of_read_bw"] = 100 * row["kv_gbps"] / bw["read_gbps"]
+    prefill = [prefill_case(n, hq, hkv, d, dt) for n in prefill_lengths]
+    return {"isa": K.isa(), "threads": torch.get_num_threads(), "bandwidth": bw, "decode": decode, "prefill": prefill}
+
+
+def format_report(r: dict) -> str:
+    bw = r["bandwidth"]
+    lines = [f"llmchat kernels: isa={r['isa']} threads={r['threads']}",
+             f"memory bandwidth: read {bw['read_gbps']:.1f} GB/s, copy {bw['copy_gbps']:.1f} GB/s",
+             "decode attention (1 query token, paged KV, cold cache):",
+             f"  {'context':>7} {'heads':>10} {'dtype':>8} {'ms':>8} {'KV GB/s':>8} {'% read bw':>9} "
+             f"{'SDPA+gather ms':>14} {'speedup':>7}"]
+    for x in r["decode"]:
+        lines.append(f"  {x['context']:>7} {x['heads']:>10} {x['dtype']:>8} {x['kernel_ms']:>8.3f} {x['kv_gbps']:>8.1f} "
+                     f"{x['pct_of_read_bw']:>8.0f}% {x['sdpa_gather_ms']:>14.3f} {x['speedup_vs_sdpa']:>6.1f}x")
+    lines.append("prefill attention (causal, one sequence):")
+    lines.append(f"  {'length':>7} {'heads':>10} {'dtype':>8} {'ms':>8} {'GFLOP/s':>8} {'SDPA GFLOP/s':>12}")
+    for x in r["prefill"]:
+        lines.append(f"  {x['length']:>7} {x['heads']:>10} {x['dtype']:>8} {x['kernel_ms']:>8.2f} {x['gflops']:>8.1f} "
+                     f"{x['sdpa_causal_gflops']:>12.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m llmchat.kernels.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 8192, 16384])
+    p.add_argument("--prefill", type=int, nargs="+", default=[512, 2048], help="prefill lengths")
+    p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    p.add_argument("--heads", type=int, nargs=3, default=[32, 8, 128], metavar=("HQ", "HKV", "D"))
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--pool-mb", type=int, default=POOL_MB, help="KV pool size (keep it above the L3 size)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = p.parse_args(argv)
+    if args.heads[0] % args.heads[1] or args.reps < 1 or args.pool_mb < 1:
+        p.error("HQ must be a multiple of HKV; --reps and --pool-mb must be positive")
+    try:
+        result = run(args.contexts, args.prefill, args.dtype, tuple(args.heads), args.reps, args.pool_mb)
+    except (RuntimeError, ValueError) as exc:
+        print(f"llmchat: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else format_report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
