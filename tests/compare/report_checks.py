@@ -113,3 +113,17 @@ def without_timings(report: dict) -> dict:
         for key in ("ttft_mean", "ttft_p50", "decode_tok_s_mean", "prompt_tok_s_mean"):
             s.pop(key)
     return r
+
+
+def report_differences(a: dict, b: dict) -> list[str]:
+    """Readable list of what differs between two reports (for assertion messages)."""
+    diffs = [f"{key} differs" for key in a if key not in ("results", "summary") and a[key] != b.get(key)]
+    for i, (row_a, row_b) in enumerate(zip(a["results"], b["results"])):
+        for model in row_a:
+            ra, rb = row_a[model] or {}, row_b.get(model) or {}
+            diffs += [f"results[{i}][{model}].{k}: {ra.get(k)!r} != {rb.get(k)!r}"
+                      for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)]
+    for model in a["summary"]:
+        sa, sb = a["summary"][model], b["summary"].get(model, {})
+        diffs += [f"summary[{model}].{k}: {sa.get(k)!r} != {sb.get(k)!r}" for k in sa if sa.get(k) != sb.get(k)]
+    return diffs

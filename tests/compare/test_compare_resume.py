@@ -9,7 +9,7 @@ import sys
 
 from run_args import compare_argv
 from llmchat.tui.cli import main
-from report_checks import assert_report_files_agree, without_timings
+from report_checks import assert_report_files_agree, report_differences, without_timings
 
 
 
@@ -46,7 +46,8 @@ def test_kill_then_resume_gives_the_same_report(compare_models, compare_adapter,
     assert complete_lines(results) == total        # finished work was not redone
     resumed = assert_report_files_agree(killed)
 
-    assert without_timings(resumed) == without_timings(assert_report_files_agree(straight_run))
+    expected = without_timings(assert_report_files_agree(straight_run))
+    assert without_timings(resumed) == expected, report_differences(without_timings(resumed), expected)
     # A second --resume has nothing left to do and rewrites the same report.
     assert main([*argv, "--out", str(killed), "--resume"]) == 0
     assert complete_lines(results) == total
