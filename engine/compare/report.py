@@ -1,7 +1,9 @@
 """Builds the report (the dict documented in schema.py) from the prompts, variants and stored results.
 
 A pure function of its inputs (plus the time stamp), so an interrupted-then-resumed run and an
-uninterrupted one give the same report.
+uninterrupted one give the same report: the same prompts, texts, token ids, finish reasons, token counts
+and scores. Timings and prefix-cache reuse (cached_tokens, prefix-cache hits) are measurements of the
+run that produced each result and can differ.
 """
 from __future__ import annotations
 

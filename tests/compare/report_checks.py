@@ -100,17 +100,19 @@ def assert_report_files_agree(out_dir: Path) -> dict:
 
 
 def without_timings(report: dict) -> dict:
-    """The report minus what legitimately differs between two runs: time stamps and speeds."""
+    """The report minus what legitimately differs between two runs: time stamps, speeds and prefix-cache
+    reuse (which requests shared cached blocks depends on what else was in the same engine run)."""
     import copy
     r = copy.deepcopy(report)
     r["run"].pop("generated_at")
     for row in r["results"]:
         for result in row.values():
             if result is not None:
-                for key in TIMING_KEYS:
+                for key in (*TIMING_KEYS, "cached_tokens"):
                     result.pop(key)
     for s in r["summary"].values():
-        for key in ("ttft_mean", "ttft_p50", "decode_tok_s_mean", "prompt_tok_s_mean"):
+        for key in ("ttft_mean", "ttft_p50", "decode_tok_s_mean", "prompt_tok_s_mean", "cached_tokens",
+                    "prefix_cache_hits", "prefix_cache_hit_rate"):
             s.pop(key)
     return r
 
