@@ -59,6 +59,10 @@ field bumps the version. Every number is a plain JSON number or null; times are 
   ]
 }
 
+Resume: a killed run continued with --resume gives the same report except for timings and prefix-cache
+reuse (cached_tokens, prefix_cache_hits/_rate, prompt_tok_s), which measure the engine run each result
+came from.
+
 Scores: exact_match = the answer, stripped, equals an expected answer, stripped; contains = an expected
 answer (stripped, case-folded) occurs in the case-folded answer. `expected` may be one string or a list.
 """
