@@ -126,3 +126,20 @@ async def test_sending_without_a_model_explains_what_to_do(dirs):
         await pilot.press("h", "i", "enter")
         await wait_until(pilot, lambda: any("Choose a model first" in n for n in notices(app)), what="notice")
         assert app.current.messages == []
+
+
+async def test_deleting_a_generating_session_aborts_its_request(dirs, long_model):
+    app = LlmChatApp(model=str(long_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        set_session(app, max_tokens=450)
+        await send(pilot, "long answer please")
+        doomed = app.current_id
+        engine = next(iter(app.engines.loaded.values())).engine
+        await wait_until(pilot, lambda: engine.metrics().num_running == 1, what="running")
+        await press(pilot, "f8", until=lambda: type(app.screen).__name__ == "Confirm", what="confirm dialog")
+        await press(pilot, "y", until=lambda: doomed not in app.sessions and app.current_id is not None,
+                    what="deleted, a fresh session opened")
+        await wait_until(pilot, lambda: engine.metrics().num_running == 0 and not app.replies, what="aborted")
+        assert [s.id for s in app.db.load_sessions()] == [app.current_id] and app.current_id != doomed
+        assert app.db.conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (doomed,)).fetchone()[0] == 0
