@@ -204,11 +204,11 @@ class ChatActions:
     async def delete_session(self, session: ChatSession) -> None:
         worker = self.reply_workers.get(session.id)
         del self.sessions[session.id]
+        self.current_id = None
         if worker is not None:
-            worker.cancel()
+            worker.cancel()      # the stream closes, which aborts the request in the engine
         self.db.delete_session(session.id)
         await self.main.query_one(Sidebar).remove_session(session.id)
-        self.current_id = None
         if self.sessions:
             await self.switch_to(max(self.sessions))
         else:

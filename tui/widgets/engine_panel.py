@@ -29,6 +29,8 @@ class EnginePanel(Vertical):
 
     def show(self, snapshots: list[tuple[str, Any]], loading: list[str]) -> None:
         """Aggregate the snapshots of all loaded engines (one per model)."""
+        if not self.query("#engine-models"):
+            return      # being torn down
         gen = sum(s.generation_tokens_per_s for _, s in snapshots)
         prompt = sum(s.prompt_tokens_per_s for _, s in snapshots)
         used = sum(s.kv_blocks_used for _, s in snapshots)
