@@ -6,10 +6,11 @@ import psutil
 GIB = 1 << 30
 
 
-def default_kv_cache_gb() -> float:
+def default_kv_cache_gb(available_bytes: int | None = None) -> float:
     """A quarter of the RAM available now, at least 0.25 GiB and at most 8 GiB."""
-    available = psutil.virtual_memory().available / GIB
-    return min(max(0.25, 0.25 * available), 8.0)
+    if available_bytes is None:
+        available_bytes = psutil.virtual_memory().available
+    return min(max(0.25, 0.25 * available_bytes / GIB), 8.0)
 
 
 def plan_kv_blocks(kv_cache_gb: float | None, block_bytes: int, block_size: int, max_num_seqs: int,
