@@ -118,15 +118,20 @@ class KernelAttention:
 
     def __init__(self, kernels, scale: float, sliding_window: int = -1) -> None:
         self.k = kernels
-        self.scale = scale
-        self.window = sliding_window
+        self.scale = float(scale)
+        self.window = int(sliding_window)
+        # the registered ops directly (schemas in the contract): no wrapper checks per layer per step
+        self._write = torch.ops.llmchat.write_kv_cache.default
+        self._attend = torch.ops.llmchat.paged_attention.default
 
     def write_kv(self, key, value, key_cache, value_cache, md: AttentionMetadata) -> None:
-        self.k.write_kv_cache(key, value, key_cache, value_cache, md.slot_mapping)
+        self._write(key, value, key_cache, value_cache, md.slot_mapping)
 
     def forward(self, query, key_cache, value_cache, md: AttentionMetadata) -> torch.Tensor:
-        return self.k.paged_attention(query, key_cache, value_cache, md.block_tables, md.seq_lens,
-                                      md.query_start_loc, self.scale, self.window)
+        out = torch.empty_like(query)
+        self._attend(query, key_cache, value_cache, md.block_tables, md.seq_lens, md.query_start_loc,
+                     self.scale, self.window, out)
+        return out
 
 
 def make_attention(kernels, scale: float, sliding_window: int = -1):

@@ -23,6 +23,8 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 PACK_BF16 = True   # module switch, so a benchmark can compare packed and plain in one process
+PACK_MIN_ELEMENTS = 1 << 16   # below this oneDNN's fixed call cost outweighs the faster weight read
+_linear_packed = torch.ops.mkldnn._linear_pointwise if hasattr(torch.ops, "mkldnn") else None
 
 
 class Linear(nn.Module):
@@ -42,17 +44,29 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(self.out_features), requires_grad=False) if bias else None
         self.lora = None                      # LoRA hook object, or None for the base model
         self.packed_weight: torch.Tensor | None = None
+        self.finalize()
+
+    def finalize(self, keep_dense: bool = False) -> None:
+        """After loading: pack if worthwhile, then keep plain references for forward (nn.Module's
+        __getattr__ for parameters costs microseconds per access on the hot path). Call again after
+        replacing the weights."""
+        if self.weight is not None and self.weight.device.type == "cpu":
+            self.pack(keep_dense)
+        self.__dict__["_w"] = self.packed_weight if self.packed_weight is not None else self.weight
+        self.__dict__["_b"] = self.bias
+        self.__dict__["_is_packed"] = self.packed_weight is not None
 
     def pack(self, keep_dense: bool = False) -> bool:
         """Pre-pack a bf16 weight for oneDNN when that path exists here and gives F.linear's result.
         keep_dense keeps `weight` too (a tied lm_head shares it with the embedding)."""
         w = self.weight
-        if not PACK_BF16 or w is None or w.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+        if (not PACK_BF16 or _linear_packed is None or w is None or w.dtype != torch.bfloat16
+                or w.numel() < PACK_MIN_ELEMENTS or not torch.backends.mkldnn.is_available()):
             return False
         try:
             packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
             probe = torch.randn(2, self.in_features, generator=torch.Generator().manual_seed(0)).to(w.dtype)
-            got = torch.ops.mkldnn._linear_pointwise(probe, packed, self.bias, "none", [], "")
+            got = _linear_packed(probe, packed, self.bias, "none", [], "")
             want = F.linear(probe, w, self.bias)
             if not torch.allclose(got.float(), want.float(), atol=1e-2, rtol=1e-2):
                 return False
@@ -66,10 +80,10 @@ class Linear(nn.Module):
         return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed_weight is not None:
-            out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        if self._is_packed:
+            out = _linear_packed(x, self._w, self._b, "none", [], "")
         else:
-            out = F.linear(x, self.weight, self.bias)
+            out = F.linear(x, self._w, self._b)
         if self.lora is not None:
             self.lora.apply(self, x, out)
         return out

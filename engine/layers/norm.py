@@ -11,10 +11,15 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(size), requires_grad=False)
         self.eps = eps
         self.ops = ops
+        self.finalize()
+
+    def finalize(self) -> None:
+        """Plain reference to the weight for the hot path (call again after replacing it)."""
+        self.__dict__["_w"] = self.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.rms_norm(x, self.weight, self.eps)
+        return self.ops.rms_norm(x, self._w, self.eps)
 
     def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """residual += x; return (rms_norm(residual), residual). May reuse x's storage."""
-        return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
+        return self.ops.fused_add_rms_norm(x, residual, self._w, self.eps)

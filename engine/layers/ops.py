@@ -50,25 +50,37 @@ class TorchOps:
 
 
 class KernelOps:
-    """llmchat.kernels (C++), same semantics; fused_add_rms_norm works in place."""
+    """llmchat.kernels (C++), same semantics; fused_add_rms_norm works in place.
+
+    Calls the registered ops (torch.ops.llmchat.*.default, schemas in the contract) directly: the
+    Python wrappers' checks cost more than the kernels themselves at decode sizes."""
 
     name = "kernels"
 
     def __init__(self, kernels) -> None:
         self.k = kernels
+        ops = torch.ops.llmchat
+        self._rms = ops.rms_norm.default
+        self._add_rms = ops.fused_add_rms_norm.default
+        self._rope = ops.rotary_embedding.default
+        self._silu = ops.silu_and_mul.default
 
     def rms_norm(self, x, weight, eps):
-        return self.k.rms_norm(x, weight, eps)
+        out = torch.empty_like(x)
+        self._rms(x, weight, eps, out)
+        return out
 
     def fused_add_rms_norm(self, x, residual, weight, eps):
-        self.k.fused_add_rms_norm(x, residual, weight, eps)
+        self._add_rms(x, residual, weight, eps)
         return x, residual
 
     def rotary_embedding(self, positions, query, key, cos_sin_cache, head_dim) -> None:
-        self.k.rotary_embedding(positions, query, key, cos_sin_cache, head_dim, True)
+        self._rope(positions, query, key, cos_sin_cache, head_dim, True)
 
     def silu_and_mul(self, x):
-        return self.k.silu_and_mul(x)
+        out = x.new_empty(x.shape[0], x.shape[1] // 2)
+        self._silu(x, out)
+        return out
 
 
 def load_kernels():

@@ -2,6 +2,10 @@
 
 Per-family differences come from ModelArgs (models/args.py). Module names mirror the checkpoints
 (model.layers.N.self_attn...), so weight loading only needs the stacking table below.
+
+Hot path: after loading, `bind()` stores plain references to the submodules' forward methods in each
+module's __dict__ (`_qkv`, `_mlp`, ...). Calling those skips nn.Module.__call__ and __getattr__, which
+otherwise cost a few milliseconds per decode step over 30 layers. No forward hooks are used anywhere.
 """
 from __future__ import annotations
 
@@ -39,21 +43,26 @@ class Attention(nn.Module):
         self.attn = make_attention(kernels, d ** -0.5, args.sliding_windows[layer])
         self.rotary_cache: torch.Tensor | None = None   # shared fp32 cos/sin cache, set by the model
 
-    def forward(self, x: torch.Tensor, md: AttentionMetadata, kv: tuple[torch.Tensor, torch.Tensor]):
-        t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+    def bind(self) -> None:
+        fast = {"_qkv": self.qkv_proj.forward, "_o": self.o_proj.forward, "_split": [self.q_size, self.kv_size,
+                self.kv_size]}
         if self.qk_norm:
-            q = self.q_norm(q.reshape(-1, self.head_dim)).view(t, self.q_size)
-            k = self.k_norm(k.reshape(-1, self.head_dim)).view(t, self.kv_size)
+            fast.update(_qn=self.q_norm.forward, _kn=self.k_norm.forward)
+        self.__dict__.update(fast)
+
+    def forward(self, x: torch.Tensor, md: AttentionMetadata, kv: tuple[torch.Tensor, torch.Tensor]):
+        t, d = x.shape[0], self.head_dim
+        q, k, v = self._qkv(x).split(self._split, dim=-1)
+        if self.qk_norm:
+            q = self._qn(q.reshape(-1, d)).view(t, self.q_size)
+            k = self._kn(k.reshape(-1, d)).view(t, self.kv_size)
         else:
             q, k = q.contiguous(), k.contiguous()
-        self.ops.rotary_embedding(md.positions, q, k, self.rotary_cache, self.head_dim)
-        k = k.view(t, -1, self.head_dim)
-        v = v.contiguous().view(t, -1, self.head_dim)
+        self.ops.rotary_embedding(md.positions, q, k, self.rotary_cache, d)
         key_cache, value_cache = kv
-        self.attn.write_kv(k, v, key_cache, value_cache, md)
-        out = self.attn.forward(q.view(t, -1, self.head_dim), key_cache, value_cache, md)
-        return self.o_proj(out.reshape(t, self.q_size))
+        self.attn.write_kv(k.view(t, -1, d), v.contiguous().view(t, -1, d), key_cache, value_cache, md)
+        out = self.attn.forward(q.view(t, -1, d), key_cache, value_cache, md)
+        return self._o(out.reshape(t, self.q_size))
 
 
 class MLP(nn.Module):
@@ -66,8 +75,11 @@ class MLP(nn.Module):
         self.down_proj = Linear(i, [args.hidden_size], bias=args.mlp_bias, prefix=f"{prefix}.down_proj")
         self.ops = ops
 
+    def bind(self) -> None:
+        self.__dict__.update(_gate_up=self.gate_up_proj.forward, _down=self.down_proj.forward)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+        return self._down(self.ops.silu_and_mul(self._gate_up(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -78,14 +90,19 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
 
+    def bind(self) -> None:
+        self.__dict__.update(_attn=self.self_attn.forward, _mlp=self.mlp.forward,
+                             _norm_in=self.input_layernorm.forward, _add_norm_in=self.input_layernorm.add_and_norm,
+                             _add_norm_post=self.post_attention_layernorm.add_and_norm)
+
     def forward(self, x, residual, md, kv):
         if residual is None:
-            residual, x = x, self.input_layernorm(x)
+            residual, x = x, self._norm_in(x)
         else:
-            x, residual = self.input_layernorm.add_and_norm(x, residual)
-        x = self.self_attn(x, md, kv)
-        x, residual = self.post_attention_layernorm.add_and_norm(x, residual)
-        return self.mlp(x), residual
+            x, residual = self._add_norm_in(x, residual)
+        x = self._attn(x, md, kv)
+        x, residual = self._add_norm_post(x, residual)
+        return self._mlp(x), residual
 
 
 class DecoderModel(nn.Module):
@@ -115,15 +132,22 @@ class CausalLM(nn.Module):
             layer.self_attn.rotary_cache = cache
         for module in self.modules():
             if isinstance(module, Linear):
-                module.pack(keep_dense=module is self.lm_head and self.args.tie_word_embeddings)
+                module.finalize(keep_dense=module is self.lm_head and self.args.tie_word_embeddings)
+            elif isinstance(module, RMSNorm):
+                module.finalize()
+        for module in self.modules():
+            if hasattr(module, "bind"):
+                module.bind()
+        self.__dict__.update(_layers=[layer.forward for layer in self.model.layers], _embed=self.model.embed_tokens
+                             .weight, _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward)
 
     def forward(self, input_ids: torch.Tensor, md: AttentionMetadata, kv_caches: list,
                 logits_rows: torch.Tensor | None) -> torch.Tensor:
-        x = F.embedding(input_ids, self.model.embed_tokens.weight)
+        x = F.embedding(input_ids, self._embed)
         residual = None
-        for layer, kv in zip(self.model.layers, kv_caches):
+        for layer, kv in zip(self._layers, kv_caches):
             x, residual = layer(x, residual, md, kv)
         if logits_rows is not None:  # only the last token of each chunk needs logits
             x, residual = x.index_select(0, logits_rows), residual.index_select(0, logits_rows)
-        x, _ = self.model.norm.add_and_norm(x, residual)
-        return self.lm_head(x).float()
+        x, _ = self._final_norm(x, residual)
+        return self._head(x).float()
