@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 from model_harness import Blocks, Seq, greedy, hf_greedy, hf_last_logits, hf_model, make_runner, prompt, step
-from tiny_models import ARCHS
+from tiny_models import ARCHS, make_model
 
 ATOL = 2e-4
 # "kernels" must really run llmchat.kernels: make_runner asserts the backend was not downgraded.
@@ -70,3 +70,17 @@ def test_logits_only_for_last_token_of_each_chunk(tiny_model_dir):
     assert logits.shape[0] == 2
     torch.testing.assert_close(logits[0], hf_last_logits(hf, a[:7]), atol=ATOL, rtol=0)
     torch.testing.assert_close(logits[1], hf_last_logits(hf, b), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mistral_sliding_window_matches_transformers(tmp_path, backend):
+    folder = make_model(tmp_path, "mistral", sliding_window=12)
+    runner, hf = make_runner(folder, backend), hf_model(folder)
+    assert runner.args.sliding_windows == [12, 12]
+    prompts = [prompt(30, 7), prompt(9, 8)]
+    tokens, rows = greedy(runner, Blocks(runner), prompts, max_new=10, chunk=8)
+    for ids, got, got_rows in zip(prompts, tokens, rows):
+        want, want_rows = hf_greedy(hf, ids, 10)
+        assert got == want
+        for a, b in zip(got_rows, want_rows):
+            torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
