@@ -47,7 +47,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0, help="request i uses seed S+i (default 0)")
-    p.add_argument("--raw", action="store_true", help="send prompts as bare text, without the chat template")
+    p.add_argument("--raw", action="store_true", help="send prompts as bare text, without the chat template (JSONL 'messages' still use it)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--kv-cache-gb", type=float, default=None, help="KV cache budget per model")
     p.add_argument("--resume", action="store_true", help="continue the run already in --out")

@@ -29,7 +29,7 @@ def default_resolver(name_or_path: str) -> Path:
         path = Path(name_or_path).expanduser()
         if path.is_dir():
             return path
-        raise ValueError(f"unknown model {name_or_path!r}: not a folder") from None
+        raise FileNotFoundError(f"no model folder {name_or_path!r}") from None
     return Path(ModelStore().resolve(name_or_path))
 
 
