@@ -33,6 +33,7 @@ def attention(b, **over):
     (lambda b: {"value_cache": b.value_cache[:, :1]}, "value_cache must be contiguous"),
     (lambda b: {"key_cache": b.key_cache.transpose(1, 2)}, "key_cache must be contiguous"),
     (lambda b: {"sliding_window": 0}, "sliding_window must be -1"),
+    (lambda b: {"scale": 0.0}, "scale must be positive"),
 ])
 def test_paged_attention_rejects(change, message):
     b = batch()

@@ -46,3 +46,11 @@ def test_copy_blocks_all_layers():
         want_k, want_v = k0.clone(), v0.clone()
         want_k[3], want_k[4], want_v[3], want_v[4] = k0[0], k0[2], v0[0], v0[2]
         assert torch.equal(k, want_k) and torch.equal(v, want_v)
+
+
+def test_huge_page_hint_on_a_fresh_cache():
+    from llmchat.kernels.memory import advise_huge_pages
+
+    cache = torch.empty(64, 2, 16, 1024, dtype=torch.bfloat16)  # 4 MiB: holds at least one aligned 2 MiB page
+    assert advise_huge_pages(cache) is True
+    assert advise_huge_pages(torch.empty(16)) is False  # smaller than one huge page: nothing to advise

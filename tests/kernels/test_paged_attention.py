@@ -89,3 +89,13 @@ def test_writes_into_given_out_and_strided_query():
     result = K.paged_attention(*batch.args(), out=out)
     assert result is out
     torch.testing.assert_close(out, reference_attention(batch), atol=2e-5, rtol=2e-5)
+
+
+def test_empty_batch_and_sequence_without_new_tokens():
+    empty = make_batch([(1, 5)], 4, 2, 32, 8, torch.float32)
+    out = K.paged_attention(empty.query[:0], empty.key_cache, empty.value_cache, empty.block_tables[:0],
+                            empty.seq_lens[:0], empty.query_start_loc[:1], empty.scale)
+    assert out.shape == (0, 4, 32)
+    # a sequence with no query tokens in this step sits between two that have some
+    batch = make_batch([(2, 9), (0, 12), (1, 30)], 4, 2, 32, 8, torch.float32, seed=5)
+    check(batch)

@@ -66,6 +66,7 @@ inline void paged_attention_op(const at::Tensor& query, const at::Tensor& key_ca
                 " but query has head size ", D);
   LLMCHAT_CHECK(Hkv > 0 && Hq % Hkv == 0, op, "query heads (", Hq, ") must be a multiple of kv heads (", Hkv, ")");
   LLMCHAT_CHECK(bs > 0, op, "block_size must be positive");
+  LLMCHAT_CHECK(scale > 0, op, "scale must be positive, got ", scale);
   LLMCHAT_CHECK(sliding_window == -1 || sliding_window > 0, op, "sliding_window must be -1 (off) or positive, got ",
                 sliding_window);
   check_cpu(op, out, "out");
