@@ -9,7 +9,7 @@ from model_harness import Blocks, Seq, greedy, hf_greedy, hf_last_logits, hf_mod
 from safetensors.torch import load_file, save_file
 from tiny_models import make_model
 
-from llmchat.engine.model_loader import resolve_dtype
+from llmchat.engine.model_loader import cpu_supports_fp16, resolve_dtype
 
 
 def test_tied_embeddings(tmp_path):
@@ -60,6 +60,8 @@ def test_auto_dtype_follows_config_and_falls_back_from_fp16():
     assert resolve_dtype("auto", {"torch_dtype": "float32"}) == torch.float32
     assert resolve_dtype("auto", {}) == torch.float32
     assert resolve_dtype("auto", {"torch_dtype": "float16"}) in (torch.float16, torch.bfloat16)
+    native_fp16 = torch.float16 if cpu_supports_fp16() else torch.bfloat16
+    assert resolve_dtype("float16", {}) == native_fp16
     with pytest.raises(ValueError, match="dtype"):
         resolve_dtype("int8", {})
 
