@@ -84,3 +84,12 @@ def test_mistral_sliding_window_matches_transformers(tmp_path, backend):
         assert got == want
         for a, b in zip(got_rows, want_rows):
             torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
+def test_qwen3_head_dim_from_config_differs_from_hidden_over_heads(tmp_path):
+    folder = make_model(tmp_path, "qwen3", head_dim=32)  # q width 4 x 32 = 128 != hidden 64
+    runner, hf = make_runner(folder, "kernels"), hf_model(folder)
+    assert runner.args.head_dim == 32 and runner.model.model.layers[0].self_attn.q_size == 128
+    prompts = [prompt(21, 9), prompt(5, 10)]
+    tokens, _ = greedy(runner, Blocks(runner), prompts, max_new=12, chunk=16)
+    assert tokens == [hf_greedy(hf, ids, 12)[0] for ids in prompts]
