@@ -231,6 +231,7 @@ class ChatActions:
         async def load() -> None:
             started = time.monotonic()
             self.notify(f"Loading {Path(model).name}…", timeout=3)
+            self.call_later(self.poll_metrics)     # show the loading bar now, not at the next poll
             try:
                 await self.engines.get(model)
             except EXPECTED_ERRORS as exc:

@@ -17,6 +17,8 @@ def freeze_live_figures(app) -> None:
     """Stop the metrics timer and show fixed figures where real timings would be."""
     app.metrics_timer.pause()
     app.clear_notifications()
+    for widget in app.query("PromptInput"):
+        widget.cursor_blink = False     # a blinking cursor is a timing too
     for session in app.sessions.values():
         for message in session.messages:
             if message.stats:
@@ -58,6 +60,8 @@ def test_session_settings_screen(dirs, chat_model, snap_compare):
         await model_ready(pilot, app)
         freeze_live_figures(app)
         await pilot.press("f3")
+        for widget in app.screen.query("Input, TextArea"):
+            widget.cursor_blink = False
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

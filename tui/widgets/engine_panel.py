@@ -15,9 +15,13 @@ class EnginePanel(Vertical):
         super().__init__(**kwargs)
         self.history: deque[float] = deque([0.0] * HISTORY, maxlen=HISTORY)
 
+    def on_mount(self) -> None:
+        self.query_one("#engine-loading").display = False
+
     def compose(self):
         yield Label("Engine", classes="panel-title")
         yield Static("no model loaded", id="engine-models")
+        yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="engine-loading")
         yield Static("gen 0.0 tok/s", id="engine-gen")
         yield Sparkline(list(self.history), id="engine-sparkline")
         yield Static("prompt 0.0 tok/s", id="engine-prompt")
@@ -44,6 +48,7 @@ class EnginePanel(Vertical):
         if loading:
             models += "\nloading " + ", ".join(loading) + "…"
         self.query_one("#engine-models", Static).update(models)
+        self.query_one("#engine-loading").display = bool(loading)   # indeterminate bar while a model loads
         self.query_one("#engine-gen", Static).update(f"gen {gen:.1f} tok/s")
         self.query_one("#engine-sparkline", Sparkline).data = list(self.history)
         self.query_one("#engine-prompt", Static).update(f"prompt {prompt:.1f} tok/s")
