@@ -1,9 +1,9 @@
-"""The grouped LoRA delta: tokens of one adapter form one contiguous segment; per segment, shrink then expand.
+"""An adapter's LoRA per engine projection (SiteWeights), and how a step's tokens group by adapter.
 
 For a (possibly fused) projection out = x @ W^T with slices [q; k; v] or [gate; up], an adapter's targeted
-slices share one shrink matmul (their A matrices concatenated along the rank), then each slice's expand adds
-h[:, r_i] @ (scale * B_i)^T into its own columns of `out`, in place. Work per segment is two small GEMMs on
-views of the activations; adapter weights are never gathered or copied per token.
+slices share one shrink (their A matrices concatenated along the rank) and one expand whose matrix is
+block-diagonal: rank rows of slice i only reach slice i's output columns. Tokens of one adapter form one
+contiguous segment of the batch (the runner orders chunks by adapter slot); see stack.py for the GEMMs.
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+COMPUTE_DTYPE = torch.float32   # adapters are small: fp32 keeps peft's precision and is the fast GEMM path
 
 
 @dataclass(frozen=True)
@@ -48,19 +50,6 @@ def build_site_weights(slices: list[tuple[int, int, torch.Tensor, torch.Tensor] 
     return SiteWeights(a=a_cat, parts=tuple(parts))
 
 
-def add_lora_deltas(x: torch.Tensor, out: torch.Tensor, segments: list[tuple[int, int, int]],
-                    by_slot: list[SiteWeights | None]) -> None:
-    """out[s:e] += LoRA_slot(x[s:e]) for each (slot, s, e); slots without weights here are skipped."""
-    for slot, start, end in segments:
-        w = by_slot[slot]
-        if w is None:
-            continue
-        h = F.linear(x[start:end], w.a)                 # shrink: [n, R]
-        rows = out[start:end]
-        for out0, out1, r0, r1, b_t in w.parts:          # expand each slice into its own columns
-            rows[:, out0:out1].addmm_(h[:, r0:r1], b_t)
-
-
 def segments_from_runs(runs: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """(slot, start, end) token segments from (slot, num_tokens) per chunk in batch order; adjacent chunks of
     one adapter merge into one segment, base-model chunks (slot < 0) are dropped."""
@@ -74,3 +63,17 @@ def segments_from_runs(runs: list[tuple[int, int]]) -> list[tuple[int, int, int]
                 segments.append((slot, pos, pos + n))
         pos += n
     return segments
+
+
+def uniform_groups(segments: list[tuple[int, int, int]]) -> tuple[int, int, int, int] | None:
+    """(first slot, last slot + 1, first token, tokens per group) when the segments are consecutive slots with
+    equal token counts back to back (e.g. decodes spread evenly over adapters): one batched GEMM then covers
+    every group. None otherwise."""
+    if len(segments) < 2:
+        return None
+    lo, start, _ = segments[0]
+    size = segments[0][2] - start
+    for i, (slot, s, e) in enumerate(segments):
+        if slot != lo + i or s != start + i * size or e - s != size:
+            return None
+    return lo, lo + len(segments), start, size

@@ -8,14 +8,16 @@ engine thread.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import torch
 
 from .adapter import ModelSpec, base_model_aliases, load_lora_adapter
-from .compute import PreparedAdapter, SiteWeights, add_lora_deltas, build_site_weights, segments_from_runs
+from .compute import COMPUTE_DTYPE, PreparedAdapter, build_site_weights, segments_from_runs, uniform_groups
 from .registry import AdapterRegistry
+from .stack import SiteStack
 
 _LAYER_PREFIX = re.compile(r"^model\.layers\.(\d+)\.(?:self_attn|mlp)\.\w+$")
 
@@ -33,23 +35,24 @@ def resolve_adapter_path(name_or_path: str | Path) -> Path:
 
 
 class LoraSite:
-    """The hook on one projection (`Linear.lora`): weights per slot, applied to this step's segments."""
+    """The hook on one projection (`Linear.lora`): its stacked adapters, applied to this step's segments."""
 
-    def __init__(self, manager: LoraManager, num_slots: int) -> None:
+    def __init__(self, manager: LoraManager, layer) -> None:
         self.manager = manager
-        self.by_slot: list[SiteWeights | None] = [None] * num_slots
+        self.stack = SiteStack(layer.in_features, layer.out_features)
 
     def apply(self, layer, x: torch.Tensor, out: torch.Tensor) -> None:
-        segments = self.manager.segments
-        if segments:
-            add_lora_deltas(x, out, segments, self.by_slot)
+        manager = self.manager
+        if manager.segments:
+            self.stack.apply(x, out, manager.segments, manager.uniform)
 
 
 class LoraManager:
     def __init__(self, runner, max_adapters: int = 8, max_bytes: int = 1 << 30) -> None:
         self.runner = runner
         self.registry = AdapterRegistry(max_adapters, max_bytes)
-        self.segments: list[tuple[int, int, int]] = []
+        self.segments: list[tuple[int, int, int]] = []     # this step's (slot, first token, end token)
+        self.uniform: tuple[int, int, int, int] | None = None
         self.layers = []                                   # hooked Linear modules, site index = position
         self.slice_of: dict[tuple[int, str], tuple[int, int]] = {}   # (layer, "q_proj") -> (site, slice)
         shapes = {}
@@ -63,8 +66,8 @@ class LoraManager:
                 self.slice_of[(layer, name)] = (len(self.layers), i)
             self.layers.append(module)
         self.spec = ModelSpec(shapes=shapes, names=base_model_aliases(runner.config.model_path, runner.raw_config),
-                              path=Path(runner.config.model_path), dtype=runner.dtype)
-        self.sites = [LoraSite(self, max_adapters) for _ in self.layers]
+                              path=Path(runner.config.model_path), dtype=COMPUTE_DTYPE)
+        self.sites = [LoraSite(self, layer) for layer in self.layers]
         self._attached = False
 
     # ---- loading (caller's thread) ------------------------------------------------------------
@@ -85,7 +88,7 @@ class LoraManager:
     def install(self, prepared: PreparedAdapter) -> None:
         """Make a prepared adapter resident (evicting LRU unused ones); ValueError if it cannot fit."""
         with self.registry.lock:
-            plan = self.registry.install(prepared)
+            plan = self.registry.install(dataclasses.replace(prepared, sites=()))   # the stacks hold the weights
             for slot in plan.evicted:
                 self._fill(slot, None)
             self._fill(plan.slot, prepared)
@@ -107,7 +110,7 @@ class LoraManager:
 
     def _fill(self, slot: int, prepared: PreparedAdapter | None) -> None:
         for i, site in enumerate(self.sites):
-            site.by_slot[slot] = None if prepared is None else prepared.sites[i]
+            site.stack.put(slot, None if prepared is None else prepared.sites[i])
 
     def ensure(self, name: str) -> None:
         """Make `name` resident: reload it if evicted; an unknown name that is an adapter folder or a model
@@ -162,4 +165,6 @@ class LoraManager:
 
     def set_step(self, chunks: list, metadata=None) -> None:
         """Token segments of this step's batch (token order = chunk order, each chunk contiguous)."""
-        self.segments = segments_from_runs([(c.seq.adapter_slot, c.num_new_tokens) for c in chunks])
+        segments = segments_from_runs([(c.seq.adapter_slot, c.num_new_tokens) for c in chunks])
+        self.uniform = uniform_groups(segments)
+        self.segments = segments

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from llmchat.engine.lora.compute import add_lora_deltas, build_site_weights, segments_from_runs
+from llmchat.engine.lora.compute import build_site_weights, segments_from_runs, uniform_groups
 from llmchat.engine.lora.manager import LoraManager
+from llmchat.engine.lora.stack import SiteStack
 
 OUT_SIZES = [48, 16, 16]          # a fused qkv: three slices
 IN = 32
@@ -41,23 +42,59 @@ def per_token_reference(x, base_out, token_slots, slices_by_slot):
     return out
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_grouped_deltas_equal_per_token_reference(seed):
+def make_stack(seed: int):
+    """A fused-qkv stack with 4 slots: different ranks, different targeted slices, slot 3 without LoRA here."""
     g = torch.Generator().manual_seed(seed)
-    rng = random.Random(seed)
-    targets = [[True, True, True], [True, False, True], [False, True, False]]
-    ranks = [4, 8, 2]
+    targets = [[True, True, True], [True, False, True], [False, True, False], [False, False, False]]
+    ranks = [4, 8, 2, 4]
     slices_by_slot = [random_slices(g, r, t) for r, t in zip(ranks, targets)]
-    slices_by_slot.append([None, None, None])                 # slot 3: an adapter with no LoRA here
-    by_slot = [build_site_weights(s) for s in slices_by_slot]
+    stack = SiteStack(IN, sum(OUT_SIZES))
+    for slot in (2, 0, 3, 1):                        # any order: the stack grows in slots and rank
+        stack.put(slot, build_site_weights(slices_by_slot[slot]))
+    return stack, slices_by_slot, g
+
+
+def run_case(stack, slices_by_slot, g, runs, dtype):
+    token_slots = [slot for slot, n in runs for _ in range(n)]
+    x = torch.randn(len(token_slots), IN, generator=g).to(dtype)
+    out = torch.randn(len(token_slots), sum(OUT_SIZES), generator=g).to(dtype)
+    expected = per_token_reference(x.float(), out.float(), token_slots, slices_by_slot)
+    segments = segments_from_runs(runs)
+    stack.apply(x, out, segments, uniform_groups(segments))
+    tol = 1e-5 if dtype == torch.float32 else 0.1
+    torch.testing.assert_close(out.float(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_grouped_deltas_equal_per_token_reference(seed, dtype):
+    stack, slices_by_slot, g = make_stack(seed)
+    rng = random.Random(seed)
     # Chunks in arbitrary order, adapters repeated and interleaved with the base model (-1).
     runs = [(rng.choice([-1, 0, 1, 2, 3]), rng.randint(1, 5)) for _ in range(9)]
-    token_slots = [slot for slot, n in runs for _ in range(n)]
-    x = torch.randn(len(token_slots), IN, generator=g)
-    out = torch.randn(len(token_slots), sum(OUT_SIZES), generator=g)
-    expected = per_token_reference(x, out, token_slots, slices_by_slot)
-    add_lora_deltas(x, out, segments_from_runs(runs), by_slot)
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    run_case(stack, slices_by_slot, g, runs, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batched_path_for_equal_groups_of_consecutive_slots(dtype):
+    stack, slices_by_slot, g = make_stack(7)
+    runs = [(-1, 3), (0, 2), (1, 2), (2, 2), (3, 2)]     # base first, then 2 tokens per adapter
+    assert uniform_groups(segments_from_runs(runs)) == (0, 4, 3, 2)
+    run_case(stack, slices_by_slot, g, runs, dtype)
+
+
+def test_cleared_slot_contributes_nothing():
+    stack, slices_by_slot, g = make_stack(3)
+    stack.put(1, None)
+    slices_by_slot[1] = [None, None, None]
+    run_case(stack, slices_by_slot, g, [(0, 1), (1, 1), (2, 1)], torch.float32)
+
+
+def test_uniform_groups_needs_consecutive_slots_and_equal_sizes():
+    assert uniform_groups([(0, 0, 2), (2, 2, 4)]) is None
+    assert uniform_groups([(0, 0, 2), (1, 2, 5)]) is None
+    assert uniform_groups([(1, 0, 1)]) is None
+    assert uniform_groups([(1, 4, 5), (2, 5, 6), (3, 6, 7)]) == (1, 4, 4, 1)
 
 
 def test_segments_merge_adjacent_runs_of_one_adapter_and_drop_base():

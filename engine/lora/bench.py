@@ -1,0 +1,126 @@
+"""LoRA throughput benchmark: N sessions spread over K adapters vs N sessions on the base model, in one run.
+
+`run_lora_bench(model_path)` builds one engine, loads K adapters (given folders, or random PEFT-format
+adapters written here on every projection), and alternates base and adapter rounds of the same N prompts,
+so both sides see the same machine state. Prefix caching is off so no round reuses another's prefill.
+Figures are aggregate generated tokens/s (prefill included), best round of each side, and their ratio.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from .adapter import PROJECTIONS
+
+_GROUP = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+          "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+
+
+@dataclass(frozen=True)
+class LoraBenchResult:
+    sessions: int
+    adapters: int
+    rank: int
+    new_tokens: int
+    base_tok_s: float
+    lora_tok_s: float
+    base_rounds: list[float]
+    lora_rounds: list[float]
+
+    @property
+    def ratio(self) -> float:
+        return self.lora_tok_s / self.base_tok_s if self.base_tok_s else 0.0
+
+    def report(self) -> str:
+        return (f"LoRA: {self.sessions} sessions over {self.adapters} adapters (rank {self.rank}, all projections) "
+                f"{self.lora_tok_s:.1f} tok/s vs {self.sessions} base sessions {self.base_tok_s:.1f} tok/s: "
+                f"{100 * self.ratio:.0f}% of base ({self.new_tokens} new tokens per session; rounds base "
+                f"{', '.join(f'{x:.0f}' for x in self.base_rounds)} / lora "
+                f"{', '.join(f'{x:.0f}' for x in self.lora_rounds)})")
+
+
+def write_random_adapter(folder: Path, shapes: dict[tuple[int, str], tuple[int, int]], rank: int, seed: int,
+                         base_model: str | None = None, alpha: float | None = None) -> Path:
+    """A PEFT-format LoRA folder with random non-zero A and B on every projection in `shapes`."""
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for (layer, proj), (in_f, out_f) in sorted(shapes.items()):
+        key = f"base_model.model.model.layers.{layer}.{_GROUP[proj]}.{proj}"
+        tensors[f"{key}.lora_A.weight"] = torch.randn(rank, in_f, generator=g) / in_f ** 0.5
+        tensors[f"{key}.lora_B.weight"] = torch.randn(out_f, rank, generator=g) * 0.01
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha or 2 * rank, "target_modules": list(PROJECTIONS),
+              "base_model_name_or_path": base_model, "bias": "none", "task_type": "CAUSAL_LM"}
+    (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def _prompts(sessions: int) -> list[list[dict]]:
+    topics = ["the sea", "mountains", "a robot", "coffee", "trains", "a lighthouse", "winter", "music",
+              "bees", "the moon", "a library", "rain", "chess", "bread", "a volcano", "maps"]
+    return [[{"role": "user", "content": f"Write a short story about {topics[i % len(topics)]} (#{i})."}]
+            for i in range(sessions)]
+
+
+def run_lora_bench(model_path, *, sessions: int = 8, num_adapters: int = 4, rank: int = 16,
+                   new_tokens: int = 64, rounds: int = 3, adapter_dirs: list[Path] | None = None,
+                   **engine_kwargs) -> LoraBenchResult:
+    from ..llm import LLM
+    from ..sampling_params import SamplingParams
+
+    engine_kwargs.setdefault("enable_prefix_caching", False)
+    llm = LLM(model_path, **engine_kwargs)
+    lora = llm.engine.lora
+    with tempfile.TemporaryDirectory(prefix="llmchat-lora-bench-") as tmp:
+        dirs = list(adapter_dirs or [])
+        for i in range(len(dirs), num_adapters):
+            dirs.append(write_random_adapter(Path(tmp) / f"bench{i}", lora.spec.shapes, rank, seed=i))
+        names = [f"bench{i}" for i in range(len(dirs))]
+        for name, folder in zip(names, dirs):
+            llm.load_adapter(name, folder)
+    prompts = _prompts(sessions)
+    params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    per_session = [names[i % len(names)] for i in range(sessions)]
+    llm.generate(prompts[:2], SamplingParams(max_tokens=4), adapter=per_session[:2])   # warm up
+
+    def timed(adapter) -> float:
+        start = time.perf_counter()
+        outs = llm.generate(prompts, params, adapter=adapter)
+        return sum(len(o.token_ids) for o in outs) / (time.perf_counter() - start)
+
+    base_rounds, lora_rounds = [], []
+    for _ in range(rounds):                      # alternate, so drift in machine load hits both sides
+        base_rounds.append(timed(None))
+        lora_rounds.append(timed(per_session))
+    return LoraBenchResult(sessions, len(names), rank, new_tokens, max(base_rounds), max(lora_rounds),
+                           base_rounds, lora_rounds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m llmchat.engine.lora.bench MODEL [--sessions 8 --adapters 4 --rank 16 --tokens 64]"""
+    import argparse
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("model")
+    p.add_argument("--sessions", type=int, default=8)
+    p.add_argument("--adapters", type=int, default=4)
+    p.add_argument("--rank", type=int, default=16)
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--adapter-dir", action="append", type=Path, default=[], help="use this adapter (repeatable)")
+    a = p.parse_args(argv)
+    result = run_lora_bench(a.model, sessions=a.sessions, num_adapters=a.adapters, rank=a.rank,
+                            new_tokens=a.tokens, rounds=a.rounds, adapter_dirs=a.adapter_dir, dtype=a.dtype)
+    print(result.report())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
