@@ -24,7 +24,10 @@ from torch import nn
 log = logging.getLogger(__name__)
 PACK_BF16 = True   # module switch, so a benchmark can compare packed and plain in one process
 PACK_MIN_ELEMENTS = 1 << 16   # below this oneDNN's fixed call cost outweighs the faster weight read
-_linear_packed = torch.ops.mkldnn._linear_pointwise if hasattr(torch.ops, "mkldnn") else None
+try:
+    _linear_packed = torch.ops.mkldnn._linear_pointwise.default
+except (AttributeError, RuntimeError):  # a torch build without oneDNN: plain F.linear only
+    _linear_packed = None
 
 
 class Linear(nn.Module):
