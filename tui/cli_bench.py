@@ -19,6 +19,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-baseline", action="store_true", help="skip the transformers baseline")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--kernels", action="store_true", help="run the kernel micro-benchmark (llmchat.kernels.bench)")
+    p.add_argument("--lora", action="store_true",
+                   help="LoRA: N sessions over K random adapters vs N base sessions, in one run (engine/lora/bench.py)")
+    p.add_argument("--lora-adapters", type=int, default=4, help="adapters for --lora")
+    p.add_argument("--lora-rank", type=int, default=16, help="rank of the --lora adapters (all projections)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
             return status
     if not args.model:
         raise ValueError("give a MODEL_PATH (or --kernels alone)")
+    if args.lora:
+        from llmchat.engine.lora.bench import run_cli as run_lora_bench
+        from llmchat.tui.cli_run import _resolve
+        return run_lora_bench(_resolve(args.model), args)
     from llmchat.engine.bench import format_report, run as run_bench
     from llmchat.tui.cli_run import _resolve
 
