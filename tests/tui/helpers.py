@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-WAIT_TIMEOUT = 30.0   # generous: 2 shared cores, several engines
+WAIT_TIMEOUT = 120.0   # generous: 2 shared cores, several engines
 
 
 async def wait_until(pilot, predicate, timeout: float = WAIT_TIMEOUT, what: str = "condition") -> None:
