@@ -9,12 +9,11 @@
 #include <vector>
 
 #include "../vec/vec.h"
+#include "attention_micro.h"
 #include "kernels.h"
 
 namespace llmchat::attn {
 
-using vec::VecF;
-inline constexpr int kRowBlock = 4;  // query rows kept in registers at once
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Tile {
@@ -39,129 +38,6 @@ struct Scratch {
 };
 
 inline int round_up16(int n) { return (n + 15) / 16 * 16; }
-
-// How a query row meets a key row in QK^T. FloatDot: q in fp32 (pre-scaled), keys of type T widened
-// to fp32. Bf16Dot: q and keys stay bf16, pair products accumulate in fp32 (VDPBF16PS / BFDOT natively).
-template <typename T>
-struct FloatDot {
-  using Q = float;
-  static constexpr int kLanes = 16;
-  static VecF load_k(const T* k) { return VecF::load(k); }
-  static VecF madd(VecF acc, const float* q, VecF k) { return vec::fma(VecF::load(q), k, acc); }
-};
-struct Bf16Dot {
-  using Q = bf16_t;
-  static constexpr int kLanes = 32;
-  static vec::VecB load_k(const bf16_t* k) { return vec::VecB::load(k); }
-  static VecF madd(VecF acc, const bf16_t* q, vec::VecB k) { return vec::dot_bf16(acc, vec::VecB::load(q), k); }
-};
-
-// Query rows per QK group: 4 rows x 4 keys of accumulators need the 32-register files of AVX-512.
-inline constexpr int kQkRows = vec::kRegVecs >= 32 ? 4 : 1;
-// Independent accumulators per row in PV, so FMA latency is hidden without spilling registers.
-constexpr int pv_split(int rows) {
-  return vec::kRegVecs >= 32 ? (rows >= 3 ? 2 : 4) : (rows == 1 ? 2 : 1);
-}
-
-// Dot products of R query rows with keys j..j+3, as one 4-lane sum per row.
-template <typename Dot, int NC, int R, typename T>
-inline void qk_four(const typename Dot::Q* q, int ldq, const T* k, int j, int nc, vec::Vec4* out) {
-  constexpr int L = Dot::kLanes;
-  const int D = nc * L;
-  VecF acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int u = 0; u < 4; ++u) acc[r][u] = VecF::zero();
-  for (int c = 0; c < (NC ? NC : nc); ++c) {
-    for (int u = 0; u < 4; ++u) {
-      const auto kv = Dot::load_k(k + int64_t(j + u) * D + c * L);
-      for (int r = 0; r < R; ++r) acc[r][u] = Dot::madd(acc[r][u], q + r * ldq + c * L, kv);
-    }
-  }
-  for (int r = 0; r < R; ++r) out[r] = vec::reduce_add4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-}
-
-// S[r, j] = q_r . k_j for R rows and n keys. Full groups of 16 keys are written as one vector store,
-// so the softmax's vector loads are forwarded from the store buffer instead of stalling on it.
-template <typename Dot, int NC, int R, typename T>
-inline void qk_rows(const typename Dot::Q* q, int ldq, const T* k, int n, int nc_rt, float* S, int ldS) {
-  constexpr int L = Dot::kLanes;
-  const int nc = NC ? NC : nc_rt, D = nc * L;
-  int j = 0;
-  for (; j + 16 <= n; j += 16) {
-    vec::Vec4 part[4][R];
-    for (int g = 0; g < 4; ++g) qk_four<Dot, NC, R>(q, ldq, k, j + 4 * g, nc, part[g]);
-    for (int r = 0; r < R; ++r) vec::concat4(part[0][r], part[1][r], part[2][r], part[3][r]).store(S + r * ldS + j);
-  }
-  for (; j + 4 <= n; j += 4) {
-    vec::Vec4 part[R];
-    qk_four<Dot, NC, R>(q, ldq, k, j, nc, part);
-    for (int r = 0; r < R; ++r) vec::store4(S + r * ldS + j, part[r]);
-  }
-  for (; j < n; ++j) {
-    VecF acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = VecF::zero();
-    for (int c = 0; c < nc; ++c) {
-      const auto kv = Dot::load_k(k + int64_t(j) * D + c * L);
-      for (int r = 0; r < R; ++r) acc[r] = Dot::madd(acc[r], q + r * ldq + c * L, kv);
-    }
-    for (int r = 0; r < R; ++r) S[r * ldS + j] = vec::reduce_add(acc[r]);
-  }
-}
-
-// acc_r += sum_j P[r, j] * v_j for R rows, one 16-lane column chunk at a time (acc stays in registers).
-template <int NC, int R, typename T>
-inline void pv_rows(const float* P, int ldP, const T* v, int n, int nc_rt, float* acc, int ldacc) {
-  constexpr int J = pv_split(R);
-  const int nc = NC ? NC : nc_rt, D = nc * 16;
-  for (int c = 0; c < nc; ++c) {
-    VecF a[J][R];
-    for (int r = 0; r < R; ++r) {
-      a[0][r] = VecF::load(acc + r * ldacc + c * 16);
-      for (int u = 1; u < J; ++u) a[u][r] = VecF::zero();
-    }
-    int j = 0;
-    for (; j + J <= n; j += J) {
-      for (int u = 0; u < J; ++u) {
-        VecF vv = VecF::load(v + int64_t(j + u) * D + c * 16);
-        for (int r = 0; r < R; ++r) a[u][r] = vec::fma(VecF::set1(P[r * ldP + j + u]), vv, a[u][r]);
-      }
-    }
-    for (; j < n; ++j) {
-      VecF vv = VecF::load(v + int64_t(j) * D + c * 16);
-      for (int r = 0; r < R; ++r) a[0][r] = vec::fma(VecF::set1(P[r * ldP + j]), vv, a[0][r]);
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int u = 1; u < J; ++u) a[0][r] = a[0][r] + a[u][r];
-      a[0][r].store(acc + r * ldacc + c * 16);
-    }
-  }
-}
-
-// All rows of a tile against n keys; q rows are D elements apart.
-template <typename Dot, int NC, typename T>
-inline void qk_all(const typename Dot::Q* q, int rows, int D, const T* k, int n, float* S, int ldS) {
-  const int nc = D / Dot::kLanes;
-  int r = 0;
-  for (; r + kQkRows <= rows; r += kQkRows) qk_rows<Dot, NC, kQkRows>(q + r * D, D, k, n, nc, S + r * ldS, ldS);
-  if constexpr (kQkRows == 4) {
-    switch (rows - r) {
-      case 1: qk_rows<Dot, NC, 1>(q + r * D, D, k, n, nc, S + r * ldS, ldS); break;
-      case 2: qk_rows<Dot, NC, 2>(q + r * D, D, k, n, nc, S + r * ldS, ldS); break;
-      case 3: qk_rows<Dot, NC, 3>(q + r * D, D, k, n, nc, S + r * ldS, ldS); break;
-    }
-  }
-}
-
-template <int NC, typename T>
-inline void pv_all(const float* P, int ldP, int rows, const T* v, int n, int D, float* acc) {
-  int r = 0;
-  for (; r + kRowBlock <= rows; r += kRowBlock) pv_rows<NC, 4>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D);
-  switch (rows - r) {
-    case 1: pv_rows<NC, 1>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D); break;
-    case 2: pv_rows<NC, 2>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D); break;
-    case 3: pv_rows<NC, 3>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D); break;
-  }
-}
 
 // Online-softmax update of one row with the scores of one block (n valid entries, padded to 16).
 // Leaves the probabilities in S; rescales the running accumulator when the max grows.
