@@ -71,7 +71,8 @@ def _check_base_model(declared: str | None, spec: ModelSpec, folder: Path) -> No
         return
     if _basename(declared).lower() not in spec.names:
         raise ValueError(f"{folder}: adapter was trained for {declared!r}, but the loaded model is "
-                         f"{' / '.join(sorted(spec.names))}")
+                         f"{' / '.join(sorted(spec.names))} (if that is the same model under another name, set "
+                         f"base_model_name_or_path in adapter_config.json)")
 
 
 def load_lora_adapter(name: str, folder: str | Path, spec: ModelSpec) -> LoraAdapter:

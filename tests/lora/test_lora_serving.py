@@ -106,3 +106,17 @@ def test_cli_run_with_a_bad_adapter_prints_an_error(three, tmp_path, capsys):
     code = cli_main(["run", str(model), "Hi", "--adapter", str(tmp_path), "--attention", "torch"])
     err = capsys.readouterr().err
     assert code == 2 and "llmchat: error:" in err and "DoRA" in err and "Traceback" not in err
+
+
+def test_adapter_resolved_by_model_store_name(three, tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMCHAT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    from llmchat.engine.store import ModelStore
+    model, adapters = three
+    entry = ModelStore().import_path(adapters["a"])
+    assert entry.kind == "adapter"
+    llm = LLM(model, attention_backend="torch")
+    llm.load_adapter("mine", entry.name)
+    out = llm.generate([PROMPTS[0]], GREEDY, adapter="mine")[0]
+    assert out.token_ids == hf_greedy(model, adapters["a"], PROMPTS[0], 6)
