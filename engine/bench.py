@@ -25,6 +25,26 @@ def _fixed(n: int) -> SamplingParams:
     return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
 
+def weight_bytes(model_path, itemsize: int) -> int:
+    """Size of the checkpoint's tensors in the engine's dtype (read from the safetensors headers)."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+    total = 0
+    for f in Path(model_path).glob("*.safetensors"):
+        with safe_open(str(f), framework="pt") as st:
+            for name in st.keys():
+                total += _numel(st.get_slice(name).get_shape())
+    return total * itemsize
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def engine_figures(llm: LLM, sessions: list[int], new_tokens: int, prompt_len: int, prefix_len: int) -> dict:
     vocab = llm.engine.vocab_size
     llm.generate([_prompt(prompt_len, 0, vocab)], _fixed(8))                       # warm-up
@@ -82,7 +102,7 @@ def run(model_path, dtype: str = "bfloat16", sessions=(4, 8, 16), new_tokens: in
     rss0 = psutil.Process().memory_info().rss
     llm = LLM(model_path, dtype=dtype, kv_cache_gb=kv_cache_gb, **engine_kwargs)
     runner = llm.engine.runner
-    weights = sum(t.numel() * t.element_size() for t in runner.model.state_dict().values())
+    weights = weight_bytes(model_path, runner.dtype.itemsize)
     result = {
         "model": str(model_path), "dtype": str(runner.dtype).replace("torch.", ""),
         "attention_backend": runner.attention_backend, "threads": torch.get_num_threads(),
