@@ -96,6 +96,7 @@ class LlmChatApp(ChatActions, ScreenActions, App):
         if self.settings_store.problem:
             self.notify(self.settings_store.problem, title="Settings", severity="error", timeout=20)
         self.theme = self.settings.theme if self.settings.theme in self.available_themes else "textual-dark"
+        self.theme_changed_signal.subscribe(self, self.remember_theme)
         sidebar = self.main.query_one(Sidebar)
         for session in self.db.load_sessions():
             self.sessions[session.id] = session
@@ -111,6 +112,15 @@ class LlmChatApp(ChatActions, ScreenActions, App):
         self.main.query_one(PromptInput).focus()
         if self.show_welcome and not self.has_any_model():
             self.call_after_refresh(self.action_welcome)
+
+    def remember_theme(self, theme) -> None:
+        """A theme picked in the palette is kept in settings.toml (unless that file is malformed)."""
+        if theme.name != self.settings.theme and self.settings_store.problem is None:
+            self.settings.theme = theme.name
+            try:
+                self.settings_store.save(self.settings)
+            except OSError as exc:
+                self.notify(f"Settings not saved: {exc}", severity="warning")
 
     async def on_unmount(self) -> None:
         await self.engines.shutdown()

@@ -18,7 +18,6 @@ class Settings:
     memory_budget_gb: float = 8.0        # weights + KV of all loaded models; LRU model unloaded beyond it
     kv_cache_gb: float = 0.5             # KV cache per loaded model
     system_prompt: str = ""              # default for new sessions
-    max_tokens: int = 512                # default for new sessions
     theme: str = "textual-dark"
     engine_kwargs: dict = field(default_factory=dict)   # extra AsyncEngine keyword arguments
 
@@ -30,13 +29,13 @@ class Settings:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
         settings = cls(**data)
         for name, expected in (("memory_budget_gb", (int, float)), ("kv_cache_gb", (int, float)),
-                               ("max_tokens", int), ("default_model", str), ("system_prompt", str),
+                               ("default_model", str), ("system_prompt", str),
                                ("theme", str), ("engine_kwargs", dict)):
             value = getattr(settings, name)
             if not isinstance(value, expected) or isinstance(value, bool):
                 raise ValueError(f"{name} has the wrong type ({type(value).__name__})")
-        if settings.memory_budget_gb <= 0 or settings.kv_cache_gb <= 0 or settings.max_tokens <= 0:
-            raise ValueError("memory_budget_gb, kv_cache_gb and max_tokens must be positive")
+        if settings.memory_budget_gb <= 0 or settings.kv_cache_gb <= 0:
+            raise ValueError("memory_budget_gb and kv_cache_gb must be positive")
         return settings
 
 

@@ -158,3 +158,16 @@ async def test_command_palette_runs_actions_and_help_lists_keys(dirs):
         await press(pilot, "f1", until=lambda: isinstance(app.screen, HelpScreen), what="help")
         text = app.screen.query_one("Markdown").source
         assert "`ctrl+n`" in text and "`f4`" in text and str(dirs["data"]) in text
+
+
+async def test_a_theme_picked_in_the_app_is_remembered(dirs):
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.theme = "nord"
+        await wait_until(pilot, lambda: 'theme = "nord"' in (dirs["config"] / "settings.toml").read_text(),
+                         what="theme saved")
+    again = LlmChatApp(show_welcome=False)
+    async with again.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert again.theme == "nord"
