@@ -20,6 +20,15 @@ from .scheduler import Scheduler
 from .sequence import Sequence, SequenceStatus
 
 
+def _return_freed_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise); a no-op elsewhere."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class LLMEngine:
     """Not thread-safe: one thread calls add_sequence/step/abort (AsyncEngine runs it in its own)."""
 
@@ -39,6 +48,7 @@ class LLMEngine:
             config.kv_cache_gb, self.runner.kv_block_bytes(), config.block_size, config.max_num_seqs,
             self.max_model_len)
         self.runner.allocate_kv_cache(num_blocks)
+        _return_freed_memory()   # loading leaves freed fp32 staging buffers in the heap
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
