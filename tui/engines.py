@@ -139,4 +139,4 @@ class EngineManager:
 
     def metrics(self) -> list[tuple[str, Any]]:
         """(model name, MetricsSnapshot) for every loaded model."""
-        return [(m.name, m.engine.metrics()) for m in self.loaded.values()]
+        return [(Path(m.name).name, m.engine.metrics()) for m in self.loaded.values()]
