@@ -95,7 +95,7 @@ async def test_stop_aborts_in_the_engine_then_continue_extends_the_reply(dirs, l
         await wait_until(pilot, lambda: reply_done(app), what="continued twice")
 
 
-async def test_edit_a_user_message_and_resend(dirs, chat_model):
+async def test_copy_a_reply_and_its_code_then_edit_a_user_message_and_resend(dirs, chat_model):
     app = LlmChatApp(model=str(chat_model), show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         await open_with_model(pilot, app)
@@ -107,6 +107,14 @@ async def test_edit_a_user_message_and_resend(dirs, chat_model):
         await wait_until(pilot, lambda: len(chat.message_views()) == 4, what="4 messages shown")
         first_user = chat.message_views()[0]
         assert isinstance(first_user, MessageView) and first_user.message.content == "hello"
+        reply_view = chat.message_views()[1]
+        reply_view.focus()
+        await wait_until(pilot, lambda: app.focused is reply_view, what="reply focused")
+        await pilot.press("c")                                  # copy a message
+        assert app.clipboard == reply_view.message.content
+        reply_view.message.content += "\n```python\nprint(1)\n```"
+        await pilot.press("y")                                  # copy its code block
+        assert app.clipboard == "print(1)"
         first_user.focus()
         await wait_until(pilot, lambda: app.focused is first_user, what="message focused")
         await pilot.press("e")
