@@ -1,10 +1,10 @@
 """LoraManager: the engine's one LoRA object. Hooks the model's projections, loads/unloads adapters, maps
 each step's chunks to adapter segments.
 
-Threads: prepare() (disk read, validation, tensor layout) runs in the caller's thread. install() only swaps
-references into slots that no running request uses (the registry guarantees it), so it is safe while the
-engine thread is mid-step, and other streams do not wait for the load. set_step()/group_chunks() run in the
-engine thread.
+Threads: prepare() (disk read, validation, tensor layout) runs in the caller's thread. install() writes
+only into slots that no running request uses (the registry guarantees it) and swaps grown stacks in whole,
+so it is safe while the engine thread is mid-step: other streams keep decoding during a load.
+set_step()/group_chunks() run in the engine thread.
 """
 from __future__ import annotations
 
