@@ -4,6 +4,7 @@ Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are 
 `available()` tells whether the extension was built and loaded; `isa()` which vector path it runs.
 """
 from ._loader import available, isa, load_error
+from .linear import linear_small_m, pack_linear_weight, packed_native
 from .ops import (
     copy_blocks,
     fused_add_rms_norm,
@@ -18,13 +19,19 @@ if available():
     from . import fake as _fake
 
     _fake.register()
+    from .linear import register_fake as _register_linear_fake
+
+    _register_linear_fake()
 
 __all__ = [
     "available",
     "copy_blocks",
     "fused_add_rms_norm",
     "isa",
+    "linear_small_m",
     "load_error",
+    "pack_linear_weight",
+    "packed_native",
     "paged_attention",
     "rms_norm",
     "rotary_embedding",

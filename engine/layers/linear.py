@@ -12,6 +12,10 @@ over before each forward (see ModelRunner.lora_manager).
 bf16 weights are pre-packed for oneDNN after loading (`pack()`): torch's plain bf16 GEMV reads the weight
 2-4x slower than the packed path, and decode is bound by exactly that read. A packed layer has
 `weight = None` and keeps `packed_weight` (an opaque oneDNN tensor); its shape facts stay on the layer.
+
+With the kernels backend (`finalize(kernels=...)`), steps of at most SMALL_M_MAX tokens (decode) run
+`kernels.linear_small_m`, which streams the weight at memory bandwidth (bf16 packed in 16-row panels where
+the CPU has AVX512-BF16); larger steps (prefill) keep the GEMM path above, which stays the oracle.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from torch import nn
 log = logging.getLogger(__name__)
 PACK_BF16 = True   # module switch, so a benchmark can compare packed and plain in one process
 PACK_MIN_ELEMENTS = 1 << 16   # below this oneDNN's fixed call cost outweighs the faster weight read
+SMALL_M_MAX = 32   # steps of up to this many tokens use kernels.linear_small_m (measured crossover)
 try:
     _linear_packed = torch.ops.mkldnn._linear_pointwise.default
 except (AttributeError, RuntimeError):  # a torch build without oneDNN: plain F.linear only
@@ -47,17 +52,31 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(self.out_features), requires_grad=False) if bias else None
         self.lora = None                      # LoRA hook object, or None for the base model
         self.packed_weight: torch.Tensor | None = None
+        self.small_m_weight: torch.Tensor | None = None   # what kernels.linear_small_m streams
         self.finalize()
 
-    def finalize(self, keep_dense: bool = False) -> None:
+    def finalize(self, keep_dense: bool = False, kernels=None) -> None:
         """After loading: pack if worthwhile, then keep plain references for forward (nn.Module's
         __getattr__ for parameters costs microseconds per access on the hot path). Call again after
-        replacing the weights."""
+        replacing the weights. kernels: the llmchat.kernels module to run small steps with, or None."""
+        self.small_m_weight = None
+        if kernels is not None and self.weight is not None:
+            self.small_m_weight = self._small_m_weight(kernels, self.weight)
         if self.weight is not None and self.weight.device.type == "cpu":
             self.pack(keep_dense)
+        self.__dict__["_small_max"] = SMALL_M_MAX if self.small_m_weight is not None else -1
+        self.__dict__["_small_op"] = torch.ops.llmchat.linear_small_m if self.small_m_weight is not None else None
         self.__dict__["_w"] = self.packed_weight if self.packed_weight is not None else self.weight
         self.__dict__["_b"] = self.bias
         self.__dict__["_is_packed"] = self.packed_weight is not None
+
+    @staticmethod
+    def _small_m_weight(kernels, w: torch.Tensor) -> torch.Tensor | None:
+        if w.device.type != "cpu" or w.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            return None
+        if w.dtype == torch.bfloat16 and kernels.packed_native():
+            return kernels.pack_linear_weight(w)
+        return w.detach().contiguous()
 
     def pack(self, keep_dense: bool = False) -> bool:
         """Pre-pack a bf16 weight for oneDNN when that path exists here and gives F.linear's result.
@@ -83,7 +102,10 @@ class Linear(nn.Module):
         return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._is_packed:
+        if x.shape[0] <= self._small_max and x.dim() == 2:
+            out = x.new_empty(x.shape[0], self.out_features)
+            self._small_op(x, self.small_m_weight, self._b, out)
+        elif self._is_packed:
             out = _linear_packed(x, self._w, self._b, "none", [], "")
         else:
             out = F.linear(x, self._w, self._b)

@@ -122,6 +122,7 @@ class CausalLM(nn.Module):
         self.args = args
         self.model = DecoderModel(args, ops, kernels)
         self.lm_head = Linear(args.hidden_size, [args.vocab_size], prefix="lm_head")
+        self.__dict__["_kernels"] = kernels   # decode-size linears run kernels.linear_small_m (layers/linear.py)
 
     def finish_init(self, max_positions: int) -> None:
         """After the weights exist on CPU: tie embeddings and build the shared rotary cache."""
@@ -132,7 +133,8 @@ class CausalLM(nn.Module):
             layer.self_attn.rotary_cache = cache
         for module in self.modules():
             if isinstance(module, Linear):
-                module.finalize(keep_dense=module is self.lm_head and self.args.tie_word_embeddings)
+                module.finalize(keep_dense=module is self.lm_head and self.args.tie_word_embeddings,
+                                kernels=self._kernels)
             elif isinstance(module, RMSNorm):
                 module.finalize()
         for module in self.modules():

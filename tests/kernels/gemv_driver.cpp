@@ -1,0 +1,91 @@
+// Standalone test of the torch-free small-M linear (core/gemv.cpp) on the compiled ISA path, dense and
+// packed, against a plain triple loop. Built natively and cross-compiled for aarch64 by
+// test_linear_isa_builds.py. Prints "isa=<path>" and "ok <n> checks, <f> failed"; exit 1 on failure.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "core/gemv.h"
+
+using namespace llmchat;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float uniform() {
+  rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+  return float((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+template <typename T> std::vector<T> random_vec(size_t n) {
+  std::vector<T> v(n);
+  for (auto& e : v) e = from_float<T>(uniform());
+  return v;
+}
+template <typename T> DType dtype_of() { return sizeof(T) == 4 ? DType::F32 : (std::is_same_v<T, bf16_t> ? DType::BF16 : DType::F16); }
+
+static int checks = 0, failures = 0;
+
+static Runtime chunked(int threads) {  // serial, but split like a pool of `threads`
+  Runtime rt = serial_runtime();
+  rt.num_threads = threads;
+  rt.parallel_for = [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    for (int64_t b = 0; b < n; b += std::max<int64_t>(grain, 1)) fn(b, std::min(n, b + std::max<int64_t>(grain, 1)));
+  };
+  return rt;
+}
+
+// Same layout as kernels/linear.py: pack_linear_weight.
+static std::vector<bf16_t> pack(const std::vector<bf16_t>& w, int64_t n, int64_t k) {
+  const int64_t panels = (n + 15) / 16, pairs = (k + 1) / 2;
+  std::vector<bf16_t> p(size_t(panels * pairs * 32), bf16_t{0});
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) p[size_t(((r / 16) * pairs + c / 2) * 32 + (r % 16) * 2 + c % 2)] = w[size_t(r * k + c)];
+  return p;
+}
+
+template <typename T>
+void check(int64_t m, int64_t n, int64_t k, bool bias, bool packed, int threads) {
+  auto x = random_vec<T>(size_t(m * (k + 3))), w = random_vec<T>(size_t(n * k)), b = random_vec<T>(size_t(n));
+  std::vector<T> out(size_t(m * (n + 5)), from_float<T>(7.f));
+  std::vector<bf16_t> pw;
+  LinearArgs a;
+  a.dtype = dtype_of<T>();
+  a.x = x.data(), a.x_stride = k + 3;  // strided rows on both sides
+  a.weight = w.data();
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (packed) pw = pack(w, n, k), a.weight = pw.data(), a.packed = true;
+  }
+  a.bias = bias ? b.data() : nullptr;
+  a.out = out.data(), a.out_stride = n + 5;
+  a.m = m, a.n = n, a.k = k;
+  linear_small_m(a, chunked(threads));
+  ++checks;
+  float worst = 0.f;
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t r = 0; r < n; ++r) {
+      double s = bias ? to_float(b[r]) : 0.0;
+      for (int64_t c = 0; c < k; ++c) s += double(to_float(x[t * (k + 3) + c])) * to_float(w[r * k + c]);
+      const float got = to_float(out[t * (n + 5) + r]);
+      const float err = std::fabs(got - float(s)) / (1.f + std::fabs(float(s)));
+      if (!(err <= worst)) worst = err;
+    }
+  const float tol = sizeof(T) == 4 ? 1e-5f : (std::is_same_v<T, bf16_t> ? 1e-2f : 2e-3f);
+  if (!(worst <= tol)) {
+    ++failures;
+    std::printf("FAIL m=%lld n=%lld k=%lld bias=%d packed=%d: error %g\n", (long long)m, (long long)n, (long long)k,
+                int(bias), int(packed), worst);
+  }
+}
+
+int main() {
+  const int64_t shapes[][3] = {{1, 1, 1}, {1, 33, 64}, {3, 17, 31}, {5, 40, 48}, {7, 64, 100}, {13, 35, 577}, {40, 21, 96}};
+  for (auto& s : shapes)
+    for (int threads : {1, 3})
+      for (bool bias : {false, true}) {
+        check<float>(s[0], s[1], s[2], bias, false, threads);
+        check<fp16_t>(s[0], s[1], s[2], bias, false, threads);
+        check<bf16_t>(s[0], s[1], s[2], bias, false, threads);
+        check<bf16_t>(s[0], s[1], s[2], bias, true, threads);
+      }
+  std::printf("isa=%s\nok %d checks, %d failed\n", isa_name(), checks, failures);
+  return failures ? 1 : 0;
+}
