@@ -13,6 +13,13 @@ from llmchat.tui.widgets.sidebar import Sidebar
 SIZE = (140, 40)
 
 
+def last_stats_line(app) -> str:
+    """The stats line under the newest message as shown ("" while its view is being rebuilt)."""
+    views = app.query_one(ChatView).message_views()
+    stats = views[-1].query(".message-stats") if views else []
+    return str(stats.first().render()) if stats else ""
+
+
 async def test_reply_streams_with_stats_and_regenerate_is_deterministic(dirs, chat_model):
     app = LlmChatApp(model=str(chat_model), show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -24,8 +31,7 @@ async def test_reply_streams_with_stats_and_regenerate_is_deterministic(dirs, ch
         assert first.finish_reason in ("stop", "length") and first.content
         assert first.stats.num_prompt_tokens > 0 and first.stats.ttft is not None
         assert session.title == "hello"                      # titled from the first message
-        view = app.query_one(ChatView).message_views()[-1]
-        await wait_until(pilot, lambda: "TTFT" in str(view.query_one(".message-stats").render()), what="stats line")
+        await wait_until(pilot, lambda: "TTFT" in last_stats_line(app), what="stats line")
         # the engine panel saw the KV cache of the loaded model
         panel = app.query_one(EnginePanel)
         await wait_until(pilot, lambda: "/0 blocks" not in str(panel.query_one("#engine-kv-blocks").render()),
