@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from engine_helpers import hf_greedy
+import torch
+from engine_helpers import hf_greedy, hf_model
 from real_model import smollm2_folder
 
 from llmchat.engine import LLM, SamplingParams
@@ -35,8 +36,16 @@ def test_greedy_chat_replies_equal_transformers(folder):
     assert outs[3].metrics.num_cached_tokens > 0     # the shared system prompt was reused
 
 
-def test_bf16_reply_starts_like_fp32_transformers(folder):
+def test_bf16_default_backend_reply_is_sane(folder):
+    """bf16 rounds differently from fp32 (here "The" and "L" are 0.08 apart in fp32 logits), so ask only
+    that each of the first bf16 tokens is among fp32 transformers' top 3 on the bf16 reply's own prefix."""
     llm = LLM(folder, dtype="bfloat16", kv_cache_gb=0.25)
     out = llm.generate(CHATS[:1], SamplingParams(max_tokens=MAX_NEW, temperature=0.0))[0]
-    reference = hf_greedy(folder, out.prompt_token_ids, MAX_NEW)
-    assert out.text.strip() and out.token_ids[:3] == reference[:3]
+    assert out.text.strip()
+    model = hf_model(str(folder))
+    ids = out.prompt_token_ids + out.token_ids
+    with torch.inference_mode():
+        logits = model(torch.tensor([ids])).logits[0]
+    n = len(out.prompt_token_ids)
+    for i, token in enumerate(out.token_ids[:6]):
+        assert token in logits[n - 1 + i].topk(3).indices.tolist(), (i, token)
