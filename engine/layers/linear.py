@@ -20,6 +20,7 @@ the CPU has AVX512-BF16); larger steps (prefill) keep the GEMM path above, which
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +29,9 @@ from torch import nn
 log = logging.getLogger(__name__)
 PACK_BF16 = True   # module switch, so a benchmark can compare packed and plain in one process
 PACK_MIN_ELEMENTS = 1 << 16   # below this oneDNN's fixed call cost outweighs the faster weight read
-SMALL_M_MAX = 32   # steps of up to this many tokens use kernels.linear_small_m (measured crossover)
+# Steps of up to this many tokens use kernels.linear_small_m (faster than oneDNN up to M=64 here, measured
+# per op and end to end); LLMCHAT_SMALL_M_MAX=0 turns it off for A/B benchmarks.
+SMALL_M_MAX = int(os.environ.get("LLMCHAT_SMALL_M_MAX", "32"))
 try:
     _linear_packed = torch.ops.mkldnn._linear_pointwise.default
 except (AttributeError, RuntimeError):  # a torch build without oneDNN: plain F.linear only
@@ -60,7 +63,7 @@ class Linear(nn.Module):
         __getattr__ for parameters costs microseconds per access on the hot path). Call again after
         replacing the weights. kernels: the llmchat.kernels module to run small steps with, or None."""
         self.small_m_weight = None
-        if kernels is not None and self.weight is not None:
+        if kernels is not None and self.weight is not None and SMALL_M_MAX > 0:
             self.small_m_weight = self._small_m_weight(kernels, self.weight)
         if self.weight is not None and self.weight.device.type == "cpu":
             self.pack(keep_dense)

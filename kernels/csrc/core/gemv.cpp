@@ -126,17 +126,22 @@ void packed_block(const LinearArgs& a, int64_t p0, int64_t m0) {
   for (int t = 0; t < MT; ++t)
     for (int q = 0; q < NP; ++q) acc[t][q] = _mm512_setzero_ps();
   const int64_t panel_elems = kp * 2 * kPanel;
-  for (int64_t j = 0; j < kp; ++j) {
+  // One k-pair: NP weight vectors (16 rows each), then per token a broadcast pair and NP pair-dots.
+  auto pair_step = [&](int64_t j, auto&& x_of) {
     __m512bh w[NP];
     for (int q = 0; q < NP; ++q) w[q] = (__m512bh)_mm512_loadu_si512(P + q * panel_elems + j * 2 * kPanel);
     for (int t = 0; t < MT; ++t) {
-      int32_t xp;
-      if (j < full_pairs) std::memcpy(&xp, X + t * a.x_stride + 2 * j, 4);
-      else xp = x_pair(X + t * a.x_stride, j, K);
-      const __m512bh xb = (__m512bh)_mm512_set1_epi32(xp);
+      const __m512bh xb = (__m512bh)_mm512_set1_epi32(x_of(t));
       for (int q = 0; q < NP; ++q) acc[t][q] = _mm512_dpbf16_ps(acc[t][q], w[q], xb);
     }
-  }
+  };
+  for (int64_t j = 0; j < full_pairs; ++j)
+    pair_step(j, [&](int t) {
+      int32_t xp;
+      std::memcpy(&xp, X + t * a.x_stride + 2 * j, 4);
+      return xp;
+    });
+  if (full_pairs < kp) pair_step(full_pairs, [&](int t) { return x_pair(X + t * a.x_stride, full_pairs, K); });
   const bf16_t* bias = static_cast<const bf16_t*>(a.bias);
   bf16_t* out = static_cast<bf16_t*>(a.out) + m0 * a.out_stride;
   for (int q = 0; q < NP; ++q) {
