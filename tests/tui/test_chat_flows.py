@@ -50,15 +50,17 @@ async def test_three_sessions_stream_at_once_and_switching_keeps_them_going(dirs
     app = LlmChatApp(model=str(long_model), show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         await open_with_model(pilot, app)
-        ids = []
-        for i in range(3):
-            if i:
-                await press(pilot, "ctrl+n", until=lambda: len(app.sessions) == i + 1 and app.current_id == max(app.sessions))
-            set_session(app, max_tokens=300)
+        ids = [app.current_id]
+        for i in range(2):
+            await press(pilot, "ctrl+n", until=lambda: len(app.sessions) == i + 2 and app.current_id == max(app.sessions))
             ids.append(app.current_id)
-            await send(pilot, f"question {i}")
+        for session_id in ids:      # sessions first, then three quick sends: the replies overlap
+            app.sessions[session_id].settings.max_tokens = 300
+        for n, session_id in enumerate(ids):
+            await app.switch_to(session_id)
+            await send(pilot, f"question {n}")
         engine = next(iter(app.engines.loaded.values())).engine
-        await wait_until(pilot, lambda: engine.metrics().num_running == 3, what="3 requests running together")
+        await wait_until(pilot, lambda: engine.metrics().num_running + engine.metrics().num_waiting == 3, what="3 requests in the engine together")
         assert set(app.replies) == set(ids)
         assert all(app.query_one(Sidebar).item(i).generating for i in ids)
         # switch to the first session while all stream: its reply keeps growing on screen

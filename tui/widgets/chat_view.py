@@ -48,12 +48,17 @@ class ChatView(VerticalScroll):
 
     async def _sync(self) -> None:
         views = list(self.query(MessageView))
-        if len(views) != len(self.session.messages) or any(
-                v.message is not m for v, m in zip(views, self.session.messages)):
-            await self._show(self.session)
+        messages = self.session.messages
+        if len(views) > len(messages) or any(v.message is not m for v, m in zip(views, messages)):
+            await self._show(self.session)       # messages were removed or replaced: rebuild
             return
         at_end = self.scroll_offset.y >= self.max_scroll_y - 1
-        changed = False
+        changed = len(views) < len(messages)
+        if changed:                              # appended: mount only the new ones
+            await self.query(".empty-hint").remove()
+            new = [MessageView(m, self.label_for(m)) for m in messages[len(views):]]
+            await self.mount_all(new)
+            views += new
         for view in views[-2:]:           # only the newest messages change while streaming
             changed |= await view.sync()
         if changed and at_end:

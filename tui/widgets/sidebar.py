@@ -67,7 +67,9 @@ class Sidebar(Vertical):
         for index, child in enumerate(self.list_view.children):
             if isinstance(child, SessionItem) and child.session.id == session_id:
                 if self.list_view.index != index:
-                    self.list_view.index = index
+                    # A programmatic move must not echo back as a user selection later.
+                    with self.list_view.prevent(ListView.Highlighted):
+                        self.list_view.index = index
                 return
 
     def on_list_view_selected(self, event: ListView.Selected) -> None:
