@@ -8,13 +8,15 @@ from llmchat.engine.metrics import MetricsSnapshot
 from llmchat.engine.store import ModelStore
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.chat_state import ReplyStats
+from llmchat.tui.widgets.chat_view import ChatView
 from llmchat.tui.widgets.engine_panel import HISTORY, EnginePanel
 
 SIZE = (140, 40)
 
 
-def freeze_live_figures(app) -> None:
-    """Stop the metrics timer and show fixed figures where real timings would be."""
+async def freeze_live_figures(app) -> None:
+    """Stop the metrics timer, show fixed figures where real timings would be, and rebuild the chat from
+    the saved text (a streamed Markdown body can differ in how its fragments arrived)."""
     app.metrics_timer.pause()
     app.clear_notifications()
     for widget in app.query("PromptInput"):
@@ -30,6 +32,8 @@ def freeze_live_figures(app) -> None:
     snapshot = MetricsSnapshot(generation_tokens_per_s=0.0, kv_blocks_used=2, kv_blocks_total=100)
     panel.history.extend([10.0 * (i % 5) for i in range(HISTORY - 1)])
     panel.show([("chat-model", snapshot)], [])
+    chat = app.query_one(ChatView)
+    await chat.show(chat.session)
 
 
 async def model_ready(pilot, app) -> None:
@@ -46,7 +50,7 @@ def test_main_screen_with_a_reply(dirs, chat_model, snap_compare):
         await wait_until(pilot, lambda: reply_done(app))
         await send(pilot, "Write code")
         await wait_until(pilot, lambda: reply_done(app))
-        freeze_live_figures(app)
+        await freeze_live_figures(app)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -58,7 +62,7 @@ def test_session_settings_screen(dirs, chat_model, snap_compare):
 
     async def run_before(pilot):
         await model_ready(pilot, app)
-        freeze_live_figures(app)
+        await freeze_live_figures(app)
         await pilot.press("f3")
         for widget in app.screen.query("Input, TextArea"):
             widget.cursor_blink = False
@@ -72,7 +76,7 @@ def test_first_run_welcome_screen(dirs, snap_compare):
 
     async def run_before(pilot):
         await wait_until(pilot, lambda: type(app.screen).__name__ == "WelcomeScreen")
-        freeze_live_figures(app)
+        await freeze_live_figures(app)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -83,7 +87,7 @@ def test_models_screen_library(dirs, chat_model, snap_compare):
     app = LlmChatApp(show_welcome=False)
 
     async def run_before(pilot):
-        freeze_live_figures(app)
+        await freeze_live_figures(app)
         await pilot.press("f4")
         await wait_until(pilot, lambda: app.screen.query_one("#library-table").row_count == 1)
         await pilot.pause()
