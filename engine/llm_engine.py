@@ -144,7 +144,8 @@ class LLMEngine:
             rows = [i for i, c in enumerate(chunks) if c.samples]
             if rows:
                 seqs = [chunks[i].seq for i in rows]
-                tokens = self.sampler(logits[rows], seqs)
+                # every row samples in a decode step: no copy of the [S, vocab] logits then
+                tokens = self.sampler(logits if len(rows) == len(chunks) else logits[rows], seqs)
                 generated = len(tokens)
                 deltas += [self._append(seq, tok) for seq, tok in zip(seqs, tokens)]
         self.metrics.record_step(prompt_tokens, generated, **self._gauges())

@@ -109,15 +109,16 @@ class ModelRunner:
         qsl = torch.zeros(len(chunks) + 1, dtype=torch.int64)
         torch.cumsum(q_lens, 0, out=qsl[1:])
         total = int(sum(query_lens))
-        if total == len(chunks):  # all decodes: one token per sequence
-            seq_index = torch.arange(total)
+        bs = self.block_size
+        if total == len(chunks):  # all decodes, one token per sequence: slots from the host lists
             positions = torch.tensor(starts, dtype=torch.int64)
+            slot_mapping = torch.tensor([t[p // bs] * bs + p % bs for t, p in zip(tables, starts)],
+                                        dtype=torch.int64)
         else:
             seq_index = torch.repeat_interleave(torch.arange(len(chunks)), q_lens)
             positions = torch.arange(total) - qsl[:-1][seq_index] + torch.tensor(starts)[seq_index]
-        bs = self.block_size
-        blocks = block_tables.long()[seq_index, torch.div(positions, bs, rounding_mode="floor")]
-        slot_mapping = blocks * bs + positions % bs
+            blocks = block_tables.long()[seq_index, torch.div(positions, bs, rounding_mode="floor")]
+            slot_mapping = blocks * bs + positions % bs
         md = AttentionMetadata(
             positions=positions, slot_mapping=slot_mapping, query_start_loc=qsl.to(torch.int32),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32), block_tables=block_tables,

@@ -73,6 +73,12 @@ def apply_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: to
     return logits
 
 
+def _plain_greedy(p) -> bool:
+    """Greedy with no penalty: the token is the plain argmax (what the full path below also returns)."""
+    return (p.temperature == 0 and p.repetition_penalty == 1.0 and p.presence_penalty == 0
+            and p.frequency_penalty == 0)
+
+
 class Sampler:
     def __init__(self) -> None:
         self.shared_generator = torch.Generator().manual_seed(torch.seed() & 0xFFFF_FFFF)
@@ -80,6 +86,8 @@ class Sampler:
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         """logits fp32 [B, V] (row i for seqs[i]) -> one token id per row."""
+        if all(_plain_greedy(s.params) for s in seqs):   # argmax only: no per-row parameter tensors
+            return logits.argmax(dim=1).tolist()
         logits = apply_penalties(logits.float(), seqs)
         temps = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32)
         greedy = temps == 0
