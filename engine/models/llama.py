@@ -152,4 +152,21 @@ class CausalLM(nn.Module):
         if logits_rows is not None:  # only the last token of each chunk needs logits
             x, residual = x.index_select(0, logits_rows), residual.index_select(0, logits_rows)
         x, _ = self._final_norm(x, residual)
-        return self._head(x).float()
+        return _to_fp32(self._head(x))
+
+
+SERIAL_COPY = 32767   # elements below torch's parallel grain (32768): the copy stays on this thread
+
+
+def _to_fp32(logits: torch.Tensor) -> torch.Tensor:
+    """logits.float(), for a decode step's few rows in column pieces small enough to copy serially: one
+    parallel copy of a [1, vocab] row wakes the whole thread pool, which costs more than the copy itself
+    (milliseconds when the cores are shared)."""
+    rows, vocab = logits.shape
+    if logits.dtype == torch.float32 or rows * vocab > 4 * SERIAL_COPY:
+        return logits.float()
+    out = torch.empty(rows, vocab, dtype=torch.float32)
+    width = max(1, SERIAL_COPY // rows)
+    for start in range(0, vocab, width):
+        out[:, start:start + width].copy_(logits[:, start:start + width])
+    return out
