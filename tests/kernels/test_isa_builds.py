@@ -46,23 +46,27 @@ def host_runs(name: str) -> bool:
     return need in flags
 
 
-def build_and_run(name: str, out_dir: Path) -> subprocess.CompletedProcess:
+def build_and_run(name: str, out_dir: Path, sources: list[str]) -> subprocess.CompletedProcess:
     compiler, flags, runner, _ = VARIANTS[name]
     exe = out_dir / name.replace("+", "_")
-    built = subprocess.run([compiler, *COMMON, *flags, *SOURCES, "-o", str(exe)], capture_output=True, text=True)
+    built = subprocess.run([compiler, *COMMON, *flags, *sources, "-o", str(exe)], capture_output=True, text=True)
     if built.returncode != 0:
         return built
     return subprocess.run([*runner, str(exe)], capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def build_all_variants(out_dir: Path, sources: list[str]) -> dict[str, subprocess.CompletedProcess]:
+    """Build and run `sources` for every variant this host can execute; a missing toolchain fails."""
     missing = [f"{tool} (apt package {pkg})" for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
     assert not missing, "toolchain missing for the ISA tests: " + ", ".join(missing)
-    out_dir = tmp_path_factory.mktemp("isa-builds")
     names = [n for n in VARIANTS if host_runs(n)]
     with ThreadPoolExecutor(max_workers=2) as pool:  # two compilers at a time: the machine is shared
-        return dict(zip(names, pool.map(lambda n: build_and_run(n, out_dir), names)))
+        return dict(zip(names, pool.map(lambda n: build_and_run(n, out_dir, sources), names)))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return build_all_variants(tmp_path_factory.mktemp("isa-builds"), SOURCES)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

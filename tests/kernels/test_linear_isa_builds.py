@@ -3,36 +3,19 @@
 checked against a plain loop (dense fp32/fp16/bf16 and packed bf16). A missing toolchain fails."""
 from __future__ import annotations
 
-import shutil
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import llmchat.kernels as K
-from test_isa_builds import CSRC, COMMON, TOOLS, VARIANTS, host_runs
+from test_isa_builds import CSRC, VARIANTS, build_all_variants
 
 SOURCES = [str(Path(__file__).with_name("gemv_driver.cpp")), *sorted(str(p) for p in (CSRC / "core").glob("*.cpp"))]
 
 
-def build_and_run(name: str, out_dir: Path) -> subprocess.CompletedProcess:
-    compiler, flags, runner, _ = VARIANTS[name]
-    exe = out_dir / ("gemv_" + name.replace("+", "_"))
-    built = subprocess.run([compiler, *COMMON, *flags, *SOURCES, "-o", str(exe)], capture_output=True, text=True)
-    if built.returncode != 0:
-        return built
-    return subprocess.run([*runner, str(exe)], capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    missing = [f"{tool} (apt package {pkg})" for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
-    assert not missing, "toolchain missing for the ISA tests: " + ", ".join(missing)
-    out_dir = tmp_path_factory.mktemp("gemv-isa-builds")
-    names = [n for n in VARIANTS if host_runs(n)]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(names, pool.map(lambda n: build_and_run(n, out_dir), names)))
+    return build_all_variants(tmp_path_factory.mktemp("gemv-isa-builds"), SOURCES)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
