@@ -8,6 +8,16 @@
 namespace llmchat::attn {
 
 using vec::VecF;
+
+// Lines of memory needed soon, requested a few at a time from inside the compute loops (see run_tile).
+struct Prefetch {
+  const char* next = nullptr;
+  const char* end = nullptr;
+  int lines_per_key = 1;
+  void step(int keys) {
+    for (int i = 0; i < keys * lines_per_key && next < end; ++i, next += 64) __builtin_prefetch(next, 0, 1);
+  }
+};
 inline constexpr int kRowBlock = 4;  // query rows kept in registers at once in P·V
 
 // How a query row meets a key row in QK^T. FloatDot: q in fp32 (pre-scaled), keys of type T widened
@@ -53,18 +63,22 @@ inline void qk_four(const typename Dot::Q* q, int ldq, const T* k, int j, int nc
 // S[r, j] = q_r . k_j for R rows and n keys. Full groups of 16 keys are written as one vector store,
 // so the softmax's vector loads are forwarded from the store buffer instead of stalling on it.
 template <typename Dot, int NC, int R, typename T>
-inline void qk_rows(const typename Dot::Q* q, int ldq, const T* k, int n, int nc_rt, float* S, int ldS) {
+inline void qk_rows(const typename Dot::Q* q, int ldq, const T* k, int n, int nc_rt, float* S, int ldS, Prefetch& pf) {
   constexpr int L = Dot::kLanes;
   const int nc = NC ? NC : nc_rt, D = nc * L;
   int j = 0;
   for (; j + 16 <= n; j += 16) {
     vec::Vec4 part[4][R];
-    for (int g = 0; g < 4; ++g) qk_four<Dot, NC, R>(q, ldq, k, j + 4 * g, nc, part[g]);
+    for (int g = 0; g < 4; ++g) {
+      qk_four<Dot, NC, R>(q, ldq, k, j + 4 * g, nc, part[g]);
+      pf.step(4);
+    }
     for (int r = 0; r < R; ++r) vec::concat4(part[0][r], part[1][r], part[2][r], part[3][r]).store(S + r * ldS + j);
   }
   for (; j + 4 <= n; j += 4) {
     vec::Vec4 part[R];
     qk_four<Dot, NC, R>(q, ldq, k, j, nc, part);
+    pf.step(4);
     for (int r = 0; r < R; ++r) vec::store4(S + r * ldS + j, part[r]);
   }
   for (; j < n; ++j) {
@@ -80,7 +94,7 @@ inline void qk_rows(const typename Dot::Q* q, int ldq, const T* k, int n, int nc
 
 // acc_r += sum_j P[r, j] * v_j for R rows, one 16-lane column chunk at a time (acc stays in registers).
 template <int NC, int R, typename T>
-inline void pv_rows(const float* P, int ldP, const T* v, int n, int nc_rt, float* acc, int ldacc) {
+inline void pv_rows(const float* P, int ldP, const T* v, int n, int nc_rt, float* acc, int ldacc, Prefetch& pf) {
   constexpr int J = pv_split(R);
   const int nc = NC ? NC : nc_rt, D = nc * 16;
   for (int c = 0; c < nc; ++c) {
@@ -91,6 +105,7 @@ inline void pv_rows(const float* P, int ldP, const T* v, int n, int nc_rt, float
     }
     int j = 0;
     for (; j + J <= n; j += J) {
+      pf.step(1);
       for (int u = 0; u < J; ++u) {
         VecF vv = VecF::load(v + int64_t(j + u) * D + c * 16);
         for (int r = 0; r < R; ++r) a[u][r] = vec::fma(VecF::set1(P[r * ldP + j + u]), vv, a[u][r]);
@@ -107,29 +122,80 @@ inline void pv_rows(const float* P, int ldP, const T* v, int n, int nc_rt, float
   }
 }
 
+#ifdef LLMCHAT_NATIVE_BF16_DOT
+// acc_r += sum_j P[r, j] * v_j with bf16 P and V: keys go in pairs through the bf16 pair-dot (VDPBF16PS /
+// BFDOT), half the instructions of widening V to fp32. An odd last key is paired with a zero row.
+// Rows x (CP 32-wide column chunks) x 2 accumulators stay in registers.
+inline constexpr int kPvBf16Rows = vec::kRegVecs >= 32 ? 4 : 2;
+inline constexpr int kPvBf16Chunks = vec::kRegVecs >= 32 ? 2 : 1;
+inline const bf16_t kZeroRow[32] = {};
+
+template <int R, int CP>
+inline void pv_bf16_chunks(const bf16_t* P, int ldP, const bf16_t* v, int n, int D, int c0, float* acc, int ldacc,
+                           Prefetch& pf) {
+  VecF a[R][CP][2];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < CP; ++c)
+      for (int h = 0; h < 2; ++h) a[r][c][h] = VecF::load(acc + r * ldacc + (c0 + c) * 32 + h * 16);
+  for (int j = 0; j < n; j += 2) {
+    pf.step(2);
+    const bf16_t* v0 = v + int64_t(j) * D + c0 * 32;
+    vec::VecB lo[CP], hi[CP];
+    for (int c = 0; c < CP; ++c) vec::zip_bf16(v0 + c * 32, j + 1 < n ? v0 + D + c * 32 : kZeroRow, lo[c], hi[c]);
+    for (int r = 0; r < R; ++r) {
+      bf16_t pair[2] = {P[r * ldP + j], j + 1 < n ? P[r * ldP + j + 1] : bf16_t{}};
+      const vec::VecB p = vec::broadcast_pair(j + 1 < n ? P + r * ldP + j : pair);
+      for (int c = 0; c < CP; ++c) {
+        a[r][c][0] = vec::dot_bf16(a[r][c][0], lo[c], p);
+        a[r][c][1] = vec::dot_bf16(a[r][c][1], hi[c], p);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < CP; ++c)
+      for (int h = 0; h < 2; ++h) a[r][c][h].store(acc + r * ldacc + (c0 + c) * 32 + h * 16);
+}
+
+template <int R>
+inline void pv_bf16_rows(const bf16_t* P, int ldP, const bf16_t* v, int n, int D, float* acc, int ldacc, Prefetch& pf) {
+  constexpr int CP = kPvBf16Chunks;
+  int c = 0;
+  for (; c + CP <= D / 32; c += CP) pv_bf16_chunks<R, CP>(P, ldP, v, n, D, c, acc, ldacc, pf);
+  for (; c < D / 32; ++c) pv_bf16_chunks<R, 1>(P, ldP, v, n, D, c, acc, ldacc, pf);
+}
+
+// All rows; D % 32 == 0.
+inline void pv_bf16_all(const bf16_t* P, int ldP, int rows, const bf16_t* v, int n, int D, float* acc, Prefetch& pf) {
+  constexpr int R = kPvBf16Rows;
+  int r = 0;
+  for (; r + R <= rows; r += R) pv_bf16_rows<R>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf);
+  for (; r < rows; ++r) pv_bf16_rows<1>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf);
+}
+#endif
+
 // All rows of a tile against n keys; q rows are D elements apart.
 template <typename Dot, int NC, typename T>
-inline void qk_all(const typename Dot::Q* q, int rows, int D, const T* k, int n, float* S, int ldS) {
+inline void qk_all(const typename Dot::Q* q, int rows, int D, const T* k, int n, float* S, int ldS, Prefetch& pf) {
   const int nc = D / Dot::kLanes;
   int r = 0;
-  for (; r + kQkRows <= rows; r += kQkRows) qk_rows<Dot, NC, kQkRows>(q + r * D, D, k, n, nc, S + r * ldS, ldS);
+  for (; r + kQkRows <= rows; r += kQkRows) qk_rows<Dot, NC, kQkRows>(q + r * D, D, k, n, nc, S + r * ldS, ldS, pf);
   if constexpr (kQkRows == 4) {
     switch (rows - r) {
-      case 1: qk_rows<Dot, NC, 1>(q + r * D, D, k, n, nc, S + r * ldS, ldS); break;
-      case 2: qk_rows<Dot, NC, 2>(q + r * D, D, k, n, nc, S + r * ldS, ldS); break;
-      case 3: qk_rows<Dot, NC, 3>(q + r * D, D, k, n, nc, S + r * ldS, ldS); break;
+      case 1: qk_rows<Dot, NC, 1>(q + r * D, D, k, n, nc, S + r * ldS, ldS, pf); break;
+      case 2: qk_rows<Dot, NC, 2>(q + r * D, D, k, n, nc, S + r * ldS, ldS, pf); break;
+      case 3: qk_rows<Dot, NC, 3>(q + r * D, D, k, n, nc, S + r * ldS, ldS, pf); break;
     }
   }
 }
 
 template <int NC, typename T>
-inline void pv_all(const float* P, int ldP, int rows, const T* v, int n, int D, float* acc) {
+inline void pv_all(const float* P, int ldP, int rows, const T* v, int n, int D, float* acc, Prefetch& pf) {
   int r = 0;
-  for (; r + kRowBlock <= rows; r += kRowBlock) pv_rows<NC, 4>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D);
+  for (; r + kRowBlock <= rows; r += kRowBlock) pv_rows<NC, 4>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D, pf);
   switch (rows - r) {
-    case 1: pv_rows<NC, 1>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D); break;
-    case 2: pv_rows<NC, 2>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D); break;
-    case 3: pv_rows<NC, 3>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D); break;
+    case 1: pv_rows<NC, 1>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D, pf); break;
+    case 2: pv_rows<NC, 2>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D, pf); break;
+    case 3: pv_rows<NC, 3>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D, pf); break;
   }
 }
 

@@ -26,28 +26,38 @@ struct Tile {
 
 struct Scratch {
   std::vector<float> q, acc, scores, m, l;
-  std::vector<bf16_t> q_bf16;
+  std::vector<bf16_t> q_bf16, probs_bf16;
   void reserve(int rows, int head_size, int score_stride) {
     q.resize(size_t(rows) * head_size);
     q_bf16.resize(size_t(rows) * head_size);
     acc.resize(size_t(rows) * head_size);
     scores.resize(size_t(rows) * score_stride);
+    probs_bf16.resize(size_t(rows) * score_stride);
     m.resize(rows);
     l.resize(rows);
   }
 };
 
+// Keys per softmax step: several blocks at once, so the row max/sum reductions and accumulator
+// rescales happen once per 64 keys rather than once per block.
+inline constexpr int kChunkKeys = 64;
+
 inline int round_up16(int n) { return (n + 15) / 16 * 16; }
 
 // Online-softmax update of one row with the scores of one block (n valid entries, padded to 16).
 // Leaves the probabilities in S; rescales the running accumulator when the max grows.
-inline void softmax_update(float* S, int n_pad, float scale, float& m, float& l, float* acc_row, int D) {
+// With probs_bf16, the probabilities are rounded to bf16 (stored there for the bf16 P.V) and the row sum
+// adds the rounded values, so the output stays an exactly normalized mix of the values.
+inline void softmax_update(float* S, int n_pad, float scale, float& m, float& l, float* acc_row, int D,
+                           bf16_t* probs_bf16 = nullptr) {
   VecF mx = VecF::set1(kNegInf);
   const VecF sc = VecF::set1(scale);
   for (int j = 0; j < n_pad; j += 16) mx = vec::max(mx, VecF::load(S + j) * sc);
   const float block_max = vec::reduce_max(mx);
   if (block_max == kNegInf) {  // nothing visible to this row in this block
     for (int j = 0; j < n_pad; ++j) S[j] = 0.f;
+    if (probs_bf16)
+      for (int j = 0; j < n_pad; ++j) probs_bf16[j] = bf16_t{};
     return;
   }
   if (block_max > m) {
@@ -61,7 +71,12 @@ inline void softmax_update(float* S, int n_pad, float scale, float& m, float& l,
   VecF sum = VecF::zero(), mv = VecF::set1(m);
   for (int j = 0; j < n_pad; j += 16) {
     VecF p = vec::exp(vec::fma(VecF::load(S + j), sc, VecF::zero() - mv));
-    p.store(S + j);
+    if (probs_bf16) {
+      p.store(probs_bf16 + j);
+      p = VecF::load(probs_bf16 + j);
+    } else {
+      p.store(S + j);
+    }
     sum = sum + p;
   }
   l += vec::reduce_add(sum);
@@ -70,7 +85,8 @@ inline void softmax_update(float* S, int n_pad, float scale, float& m, float& l,
 template <typename T, int NC>
 void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* partials) {
   const int G = a.num_q_heads / a.num_kv_heads, D = a.head_size, bs = a.block_size;
-  const int rows = t.num_q * G, ldS = round_up16(bs);
+  const int rows = t.num_q * G;
+  const int chunk_keys = std::max(bs, kChunkKeys / bs * bs), ldS = round_up16(chunk_keys + bs);
   s.reserve(rows, D, ldS);
   float *q = s.q.data(), *acc = s.acc.data(), *S = s.scores.data(), *m = s.m.data(), *l = s.l.data();
 
@@ -78,6 +94,11 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   constexpr bool kMayBf16Dot = std::is_same_v<T, bf16_t> && NC % 2 == 0;
   const bool bf16_dot = kMayBf16Dot && D % 32 == 0;
   const float score_scale = bf16_dot ? a.scale : 1.f;
+#ifdef LLMCHAT_NATIVE_BF16_DOT
+  const bool bf16_pv = std::is_same_v<T, bf16_t> && D % 32 == 0;  // P rounded to bf16 for the pair-dot P.V
+#else
+  constexpr bool bf16_pv = false;
+#endif
   const T* query = static_cast<const T*>(a.query);
   const VecF q_scale = VecF::set1(a.scale);
   for (int r = 0; r < rows; ++r) {
@@ -96,36 +117,65 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   const T* kc = static_cast<const T*>(a.key_cache);
   const T* vc = static_cast<const T*>(a.value_cache);
   const int min_pos = t.first_pos, max_pos = t.first_pos + t.num_q - 1, win = a.sliding_window;
-  for (int kb = t.kv_begin; kb < t.kv_end;) {
-    const int off = kb % bs, n = std::min(bs - off, t.kv_end - kb), n_pad = round_up16(n);
-    const int64_t base = ((int64_t(table[kb / bs]) * a.num_kv_heads + t.kv_head) * bs + off) * D;
-    if (kb + n < t.kv_end) {  // the next block of this kv head, while this one is computed
-      const int next_n = std::min(bs, t.kv_end - kb - n);
-      const int64_t next = (int64_t(table[(kb + n) / bs]) * a.num_kv_heads + t.kv_head) * bs * D;
-      vec::prefetch_range(kc + next, int64_t(next_n) * D * sizeof(T));
-      vec::prefetch_range(vc + next, int64_t(next_n) * D * sizeof(T));
+  bf16_t* probs = bf16_pv ? s.probs_bf16.data() : nullptr;
+  auto block_base = [&](int key) {  // element offset of key position `key` of this kv head
+    return ((int64_t(table[key / bs]) * a.num_kv_heads + t.kv_head) * bs + key % bs) * D;
+  };
+  // The rows of keys [key, key + n) one chunk ahead, fetched a few lines at a time while this chunk is
+  // computed: a burst of prefetches stalls on the few miss buffers instead of overlapping the math.
+  auto ahead = [&](const T* cache, int key, int n) {
+    if (key >= t.kv_end) return Prefetch{};
+    n = std::min({n, t.kv_end - key, bs - key % bs});
+    const char* p = reinterpret_cast<const char*>(cache + block_base(key));
+    return Prefetch{p, p + int64_t(n) * D * sizeof(T), int(D * sizeof(T) / 64)};
+  };
+  for (int k0 = t.kv_begin; k0 < t.kv_end;) {
+    // One chunk: whole blocks (a partial first/last one at the range ends) up to chunk_keys keys.
+    const int k1 = std::min(t.kv_end, std::max(k0 + 1, (k0 + chunk_keys) / bs * bs));
+    const int nk = k1 - k0, n_pad = round_up16(nk);
+    for (int kb = k0; kb < k1;) {
+      const int n = std::min(bs - kb % bs, k1 - kb);
+      const T* kp = kc + block_base(kb);
+      float* Sc = S + (kb - k0);
+      Prefetch pf = ahead(kc, kb + chunk_keys, n);
+      if constexpr (kMayBf16Dot) {
+        if (bf16_dot) qk_all<Bf16Dot, NC / 2>(s.q_bf16.data(), rows, D, kp, n, Sc, ldS, pf);
+        else qk_all<FloatDot<T>, NC>(q, rows, D, kp, n, Sc, ldS, pf);
+      } else {
+        qk_all<FloatDot<T>, NC>(q, rows, D, kp, n, Sc, ldS, pf);
+      }
+      kb += n;
     }
-    if constexpr (kMayBf16Dot) {
-      if (bf16_dot) qk_all<Bf16Dot, NC / 2>(s.q_bf16.data(), rows, D, kc + base, n, S, ldS);
-      else qk_all<FloatDot<T>, NC>(q, rows, D, kc + base, n, S, ldS);
-    } else {
-      qk_all<FloatDot<T>, NC>(q, rows, D, kc + base, n, S, ldS);
-    }
-    const bool need_mask = kb + n - 1 > min_pos || (win > 0 && max_pos - kb >= win);
+    const bool need_mask = k1 - 1 > min_pos || (win > 0 && max_pos - k0 >= win);
     for (int r = 0; r < rows; ++r) {
       float* Sr = S + r * ldS;
-      for (int j = n; j < n_pad; ++j) Sr[j] = kNegInf;
+      for (int j = nk; j < n_pad; ++j) Sr[j] = kNegInf;
       if (need_mask) {
         const int pos = t.first_pos + r / G;
-        for (int j = 0; j < n; ++j) {
-          const int kpos = kb + j;
+        for (int j = 0; j < nk; ++j) {
+          const int kpos = k0 + j;
           if (kpos > pos || (win > 0 && pos - kpos >= win)) Sr[j] = kNegInf;
         }
       }
-      softmax_update(Sr, n_pad, score_scale, m[r], l[r], acc + r * D, D);
+      softmax_update(Sr, n_pad, score_scale, m[r], l[r], acc + r * D, D, probs ? probs + r * ldS : nullptr);
     }
-    pv_all<NC>(S, ldS, rows, vc + base, n, D, acc);
-    kb += n;
+    for (int kb = k0; kb < k1;) {
+      const int n = std::min(bs - kb % bs, k1 - kb);
+      const T* vp = vc + block_base(kb);
+      Prefetch pf = ahead(vc, kb + chunk_keys, n);
+#ifdef LLMCHAT_NATIVE_BF16_DOT
+      if constexpr (std::is_same_v<T, bf16_t>) {
+        if (bf16_pv) {
+          pv_bf16_all(probs + (kb - k0), ldS, rows, vp, n, D, acc, pf);
+          kb += n;
+          continue;
+        }
+      }
+#endif
+      pv_all<NC>(S + (kb - k0), ldS, rows, vp, n, D, acc, pf);
+      kb += n;
+    }
+    k0 = k1;
   }
 
   if (t.partial >= 0) {  // flash-decoding split: keep unnormalized acc + (max, sum) for the merge

@@ -1,6 +1,7 @@
 // AVX-512 (F + BW) implementation of the 16-lane fp32 vector type; bf16 stores use AVX512_BF16 when present.
 #pragma once
 #include <immintrin.h>
+#include <cstring>
 #include "dtypes.h"
 
 namespace llmchat::vec {
@@ -79,6 +80,22 @@ struct VecB {
   static VecB load(const bf16_t* p) { return {(__m512bh)_mm512_loadu_si512(p)}; }
 };
 inline VecF dot_bf16(VecF acc, VecB a, VecB b) { return {_mm512_dpbf16_ps(acc.v, a.v, b.v)}; }
+// Rows a and b (32 bf16 each) as pairs (a[i], b[i]): lo for i < 16, hi for i >= 16, so that
+// dot_bf16(acc, lo, pair) adds a[i] * pair.first + b[i] * pair.second to lane i (a two-row axpy).
+inline void zip_bf16(const bf16_t* a, const bf16_t* b, VecB& lo, VecB& hi) {
+  const __m512i idx_lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                          39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
+  const __m512i x = _mm512_loadu_si512(a), y = _mm512_loadu_si512(b);
+  lo.v = (__m512bh)_mm512_permutex2var_epi16(x, idx_lo, y);
+  hi.v = (__m512bh)_mm512_permutex2var_epi16(x, idx_hi, y);
+}
+// The pair (p[0], p[1]) in every pair slot.
+inline VecB broadcast_pair(const bf16_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  return {(__m512bh)_mm512_set1_epi32(int(bits))};
+}
 #endif
 
 // 2^n for integral n in [-127, 128): built directly in the exponent field (n = -127 gives 0).

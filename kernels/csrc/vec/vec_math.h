@@ -47,6 +47,12 @@ struct VecB {
   static VecB load(const bf16_t* p) { return {VecF::load(p), VecF::load(p + 16)}; }
 };
 inline VecF dot_bf16(VecF acc, VecB a, VecB b) { return fma(a.hi, b.hi, fma(a.lo, b.lo, acc)); }
+// Rows a and b as "pairs" for the two-row axpy: here lo/hi simply hold the rows (see vec_avx512.h).
+inline void zip_bf16(const bf16_t* a, const bf16_t* b, VecB& lo, VecB& hi) {
+  lo = {VecF::load(a), VecF::load(b)};
+  hi = {VecF::load(a + 16), VecF::load(b + 16)};
+}
+inline VecB broadcast_pair(const bf16_t* p) { return {VecF::set1(to_float(p[0])), VecF::set1(to_float(p[1]))}; }
 #endif
 
 }  // namespace llmchat::vec

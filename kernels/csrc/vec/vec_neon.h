@@ -2,6 +2,7 @@
 // bf16 stores use the BF16 extension's conversion (BFCVTN) when the target has it; fp16 is native on AArch64.
 #pragma once
 #include <arm_neon.h>
+#include <cstring>
 #include "dtypes.h"
 
 namespace llmchat::vec {
@@ -102,6 +103,22 @@ struct VecB {
 inline VecF dot_bf16(VecF acc, VecB a, VecB b) {
   for (int i = 0; i < 4; ++i) acc.v[i] = vbfdotq_f32(acc.v[i], a.v[i], b.v[i]);
   return acc;
+}
+// Rows a and b (32 bf16 each) as pairs (a[i], b[i]): lo for i < 16, hi for i >= 16 (see vec_avx512.h).
+inline void zip_bf16(const bf16_t* a, const bf16_t* b, VecB& lo, VecB& hi) {
+  VecB* out[2] = {&lo, &hi};
+  for (int h = 0; h < 2; ++h)
+    for (int q = 0; q < 2; ++q) {
+      const uint16x8_t x = vld1q_u16(&a[16 * h + 8 * q].bits), y = vld1q_u16(&b[16 * h + 8 * q].bits);
+      out[h]->v[2 * q] = vreinterpretq_bf16_u16(vzip1q_u16(x, y));
+      out[h]->v[2 * q + 1] = vreinterpretq_bf16_u16(vzip2q_u16(x, y));
+    }
+}
+inline VecB broadcast_pair(const bf16_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  const bfloat16x8_t v = vreinterpretq_bf16_u32(vdupq_n_u32(bits));
+  return {{v, v, v, v}};
 }
 #endif
 
