@@ -137,19 +137,28 @@ inline void pv_bf16_chunks(const bf16_t* P, int ldP, const bf16_t* v, int n, int
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < CP; ++c)
       for (int h = 0; h < 2; ++h) a[r][c][h] = VecF::load(acc + r * ldacc + (c0 + c) * 32 + h * 16);
-  for (int j = 0; j < n; j += 2) {
-    pf.step(2);
-    const bf16_t* v0 = v + int64_t(j) * D + c0 * 32;
+  auto two_keys = [&](const bf16_t* v0, const bf16_t* v1, auto pair_of_row) {
     vec::VecB lo[CP], hi[CP];
-    for (int c = 0; c < CP; ++c) vec::zip_bf16(v0 + c * 32, j + 1 < n ? v0 + D + c * 32 : kZeroRow, lo[c], hi[c]);
+    for (int c = 0; c < CP; ++c) vec::zip_bf16(v0 + c * 32, v1 + c * 32, lo[c], hi[c]);
     for (int r = 0; r < R; ++r) {
-      bf16_t pair[2] = {P[r * ldP + j], j + 1 < n ? P[r * ldP + j + 1] : bf16_t{}};
-      const vec::VecB p = vec::broadcast_pair(j + 1 < n ? P + r * ldP + j : pair);
+      const vec::VecB p = pair_of_row(r);
       for (int c = 0; c < CP; ++c) {
         a[r][c][0] = vec::dot_bf16(a[r][c][0], lo[c], p);
         a[r][c][1] = vec::dot_bf16(a[r][c][1], hi[c], p);
       }
     }
+  };
+  int j = 0;
+  for (; j + 2 <= n; j += 2) {
+    pf.step(2);
+    const bf16_t* v0 = v + int64_t(j) * D + c0 * 32;
+    two_keys(v0, v0 + D, [&](int r) { return vec::broadcast_pair(P + r * ldP + j); });
+  }
+  if (j < n) {  // odd last key: paired with a zero row and a zero weight
+    two_keys(v + int64_t(j) * D + c0 * 32, kZeroRow, [&](int r) {
+      const bf16_t pair[2] = {P[r * ldP + j], bf16_t{}};
+      return vec::broadcast_pair(pair);
+    });
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < CP; ++c)
