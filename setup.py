@@ -42,22 +42,6 @@ def native_flags():
     return ["-march=native"]
 
 
-def openmp_flags():
-    """at::parallel_for is inline OpenMP in torch's headers: without these flags every kernel runs on one thread.
-    Linux links the libgomp torch already loaded (same soname); macOS uses torch's bundled libomp when it ships
-    one, else the kernels fall back to their own threads (checks.h)."""
-    if sys.platform.startswith("linux"):
-        return ["-fopenmp"], ["-fopenmp"]
-    if sys.platform == "darwin":
-        import torch
-
-        lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-        include = os.path.join(os.path.dirname(torch.__file__), "include")
-        if os.path.exists(os.path.join(lib, "libomp.dylib")) and os.path.exists(os.path.join(include, "omp.h")):
-            return ["-Xpreprocessor", "-fopenmp"], [f"-L{lib}", "-lomp", f"-Wl,-rpath,{lib}"]
-    return [], []
-
-
 def find_compiler():
     candidates = [os.environ.get("CXX"), (sysconfig.get_config_var("CXX") or "").split(" ")[0], "c++", "g++", "clang++"]
     return next((c for c in candidates if c and shutil.which(c)), None)
@@ -72,12 +56,10 @@ def kernel_extension():
                 raise RuntimeError(NO_COMPILER)
             super().run()
 
-    omp_compile, omp_link = openmp_flags()
     ext = CppExtension(
         "llmchat.kernels._C",
         KERNEL_SOURCES,
-        extra_compile_args=["-O3", "-std=c++17", "-Wno-maybe-uninitialized", *native_flags(), *omp_compile],
-        extra_link_args=omp_link,
+        extra_compile_args=["-O3", "-std=c++17", "-Wno-maybe-uninitialized", *native_flags()],
     )
     return [ext], {"build_ext": BuildKernels.with_options(use_ninja=shutil.which("ninja") is not None)}
 

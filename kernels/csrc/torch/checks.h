@@ -4,9 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <algorithm>
-#include <thread>
-#include <vector>
+#include "worker_pool.h"
 
 #include "../core/kernels.h"
 
@@ -55,35 +53,14 @@ inline void check_shape(const char* op, const at::Tensor& t, const char* name, a
   LLMCHAT_CHECK(t.sizes() == want, op, name, " must have shape ", want, ", got ", t.sizes());
 }
 
-// True when at::parallel_for really runs in parallel here. With an OpenMP torch, at::parallel_for is inline
-// `#pragma omp parallel` in the headers, so a build of this file without OpenMP would run every kernel on one
-// thread (setup.py passes -fopenmp; this guards compilers where it could not).
-constexpr bool kTorchPoolUsable =
-#if AT_PARALLEL_OPENMP && !defined(_OPENMP)
-    false;
-#else
-    true;
-#endif
-
-// Splits [0, n) over `threads` std::threads: the fallback when torch's pool cannot be reached from here.
-inline void parallel_for_own_threads(int64_t n, int64_t grain, int threads,
-                                     const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(threads, (n + grain - 1) / std::max<int64_t>(grain, 1)));
-  const int64_t chunk = (n + parts - 1) / parts;
-  std::vector<std::thread> pool;
-  for (int64_t b = chunk; b < n; b += chunk) pool.emplace_back([&, b] { fn(b, std::min(n, b + chunk)); });
-  fn(0, std::min(n, chunk));
-  for (auto& t : pool) t.join();
-}
-
-// Torch's own thread pool, so kernels and torch matmuls share the same cores.
+// As many threads as torch uses (torch.set_num_threads), from the kernels' own pool (worker_pool.h says why
+// not at::parallel_for). Torch ops and kernels run one after another on the engine thread, so the two
+// pools take turns on the same cores.
 inline Runtime torch_runtime() {
   Runtime rt;
   rt.num_threads = at::get_num_threads();
   rt.parallel_for = [threads = rt.num_threads](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    if (n <= 0) return;
-    if constexpr (kTorchPoolUsable) at::parallel_for(0, n, grain, fn);
-    else parallel_for_own_threads(n, grain, threads, fn);
+    worker_pool().run(n, grain, threads, fn);
   };
   return rt;
 }
