@@ -9,7 +9,7 @@
 namespace llmchat {
 
 // How the caller runs work in parallel: fn(begin, end) over [0, n) in chunks of at least `grain`.
-// The torch binding passes at::parallel_for; tests pass a plain loop.
+// The torch binding passes its worker pool (torch/worker_pool.h); tests pass a plain loop.
 using ParallelFor =
     std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)>;
 
