@@ -129,6 +129,15 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
     const char* p = reinterpret_cast<const char*>(cache + block_base(key));
     return Prefetch{p, p + int64_t(n) * D * sizeof(T), int(D * sizeof(T) / 64)};
   };
+  // The first chunk has nothing to hide behind: request all of it at once.
+  for (int kb = t.kv_begin; kb < std::min(t.kv_end, t.kv_begin + chunk_keys);) {
+    const int n = std::min(bs - kb % bs, t.kv_end - kb);
+    for (const T* cache : {kc, vc}) {
+      Prefetch first = ahead(cache, kb, n);
+      first.step(n);
+    }
+    kb += n;
+  }
   for (int k0 = t.kv_begin; k0 < t.kv_end;) {
     // One chunk: whole blocks (a partial first/last one at the range ends) up to chunk_keys keys.
     const int k1 = std::min(t.kv_end, std::max(k0 + 1, (k0 + chunk_keys) / bs * bs));
