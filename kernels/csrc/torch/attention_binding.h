@@ -110,7 +110,7 @@ inline void write_kv_cache_op(const at::Tensor& key, const at::Tensor& value, at
   check_shape(op, slot_mapping, "slot_mapping", {key.size(0)});
   check_contiguous(op, slot_mapping, "slot_mapping");
   if (key.size(0) > 0) {
-    const int64_t hi = slot_mapping.max().item<int64_t>(), lo = slot_mapping.min().item<int64_t>();
+    const auto [lo, hi] = int64_range(slot_mapping);
     LLMCHAT_CHECK(hi < nb * bs && lo >= -1, op, "slot_mapping values must be -1 or in [0, ", nb * bs, "), got [", lo, ", ",
                   hi, "]");
   }
@@ -143,7 +143,7 @@ inline void copy_blocks_op(at::TensorList key_caches, at::TensorList value_cache
     vptr.push_back(value_caches[i].data_ptr());
   }
   const int64_t nb = key_caches[0].size(0);
-  const int64_t lo = mapping.min().item<int64_t>(), hi = mapping.max().item<int64_t>();
+  const auto [lo, hi] = int64_range(mapping);
   LLMCHAT_CHECK(lo >= 0 && hi < nb, op, "block_mapping values must be in [0, ", nb, "), got [", lo, ", ", hi, "]");
   const int64_t block_bytes = key_caches[0].stride(0) * key_caches[0].element_size();
   copy_blocks(kptr.data(), vptr.data(), int(kptr.size()), block_bytes, mapping.data_ptr<int64_t>(), mapping.size(0),

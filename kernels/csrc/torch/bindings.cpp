@@ -89,9 +89,9 @@ void rotary_embedding_op(const at::Tensor& positions, at::Tensor& query, at::Ten
   LLMCHAT_CHECK(query.size(0) == T && key.size(0) == T, op, "query ", query.sizes(), " and key ", key.sizes(),
                 " must have one row per position (", T, ")");
   if (T > 0) {
-    const auto [lo, hi] = at::aminmax(positions);
-    LLMCHAT_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < cos_sin_cache.size(0), op, "positions must be in [0, ",
-                  cos_sin_cache.size(0), "), got [", lo.item<int64_t>(), ", ", hi.item<int64_t>(), "]");
+    const auto [lo, hi] = int64_range(positions);
+    LLMCHAT_CHECK(lo >= 0 && hi < cos_sin_cache.size(0), op, "positions must be in [0, ", cos_sin_cache.size(0),
+                  "), got [", lo, ", ", hi, "]");
   }
   RotaryArgs a;
   a.dtype = dt;

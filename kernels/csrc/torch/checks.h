@@ -53,6 +53,15 @@ inline void check_shape(const char* op, const at::Tensor& t, const char* name, a
   LLMCHAT_CHECK(t.sizes() == want, op, name, " must have shape ", want, ", got ", t.sizes());
 }
 
+// [min, max] of a contiguous int64 tensor by a plain loop: a torch reduction plus .item() costs several
+// microseconds per call, and these checks run on every op of every layer.
+inline std::pair<int64_t, int64_t> int64_range(const at::Tensor& t) {
+  const int64_t* p = t.data_ptr<int64_t>();
+  int64_t lo = p[0], hi = p[0];
+  for (int64_t i = 1, n = t.numel(); i < n; ++i) lo = std::min(lo, p[i]), hi = std::max(hi, p[i]);
+  return {lo, hi};
+}
+
 // As many threads as torch uses (torch.set_num_threads), from the kernels' own pool (worker_pool.h says why
 // not at::parallel_for). Torch ops and kernels run one after another on the engine thread, so the two
 // pools take turns on the same cores.
