@@ -20,6 +20,7 @@ class TorchOps:
     """Reference implementations, numerically the same as transformers' modules."""
 
     name = "torch"
+    strided_rows = False  # the reference works on contiguous q/k/v
 
     def __init__(self) -> None:
         self._rope_key: tuple | None = None   # (positions, cache) of the last step: cos/sin reused by all layers
@@ -56,6 +57,7 @@ class KernelOps:
     Python wrappers' checks cost more than the kernels themselves at decode sizes."""
 
     name = "kernels"
+    strided_rows = True   # q/k/v may stay views into the fused qkv output (row stride > width): no copies
 
     def __init__(self, kernels) -> None:
         self.k = kernels

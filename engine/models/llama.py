@@ -56,11 +56,13 @@ class Attention(nn.Module):
         if self.qk_norm:
             q = self._qn(q.reshape(-1, d)).view(t, self.q_size)
             k = self._kn(k.reshape(-1, d)).view(t, self.kv_size)
-        else:
+        elif not self.ops.strided_rows:
             q, k = q.contiguous(), k.contiguous()
         self.ops.rotary_embedding(md.positions, q, k, self.rotary_cache, d)
         key_cache, value_cache = kv
-        self.attn.write_kv(k.view(t, -1, d), v.contiguous().view(t, -1, d), key_cache, value_cache, md)
+        if not self.ops.strided_rows:
+            v = v.contiguous()
+        self.attn.write_kv(k.view(t, -1, d), v.view(t, -1, d), key_cache, value_cache, md)
         out = self.attn.forward(q.view(t, -1, d), key_cache, value_cache, md)
         return self._o(out.reshape(t, self.q_size))
 
