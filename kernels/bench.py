@@ -142,7 +142,21 @@ def run(contexts=(1024, 4096, 8192, 16384), prefill_lengths=(512, 2048), dtype: 
         row["pct_of_read_bw"] = 100 * row["kv_gbps"] / row["read_gbps_nearby"]
         decode.append(row)
     prefill = [prefill_case(n, hq, hkv, d, dt) for n in prefill_lengths]
-    return {"isa": K.isa(), "threads": torch.get_num_threads(), "bandwidth": bw, "decode": decode, "prefill": prefill}
+    return {"isa": K.isa(), "threads": torch.get_num_threads(), "bandwidth": bw, "decode": decode,
+            "one_core": one_core_case(contexts[-1], hq, hkv, d, dt, reps, pool_mb), "prefill": prefill}
+
+
+def one_core_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, reps: int, pool_mb: int) -> dict:
+    """Decode attention and read bandwidth on one thread: how close one core's stream comes to its own limit."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        row = decode_case(ctx, hq, hkv, d, dtype, reps=reps, pool_mb=pool_mb)
+        row["read_gbps_nearby"] = memory_bandwidth(pool_mb, reps=3)["read_gbps"]
+    finally:
+        torch.set_num_threads(threads)
+    row["pct_of_read_bw"] = 100 * row["kv_gbps"] / row["read_gbps_nearby"]
+    return row
 
 
 def format_report(r: dict) -> str:
@@ -156,6 +170,9 @@ def format_report(r: dict) -> str:
         lines.append(f"  {x['context']:>7} {x['heads']:>10} {x['dtype']:>8} {x['kernel_ms']:>8.3f} {x['kv_gbps']:>8.1f} "
                      f"{x['read_gbps_nearby']:>9.1f} {x['pct_of_read_bw']:>6.0f}% {x['sdpa_gather_ms']:>14.3f} "
                      f"{x['speedup_vs_sdpa']:>6.1f}x")
+    x = r["one_core"]
+    lines.append(f"  one thread, context {x['context']}: {x['kv_gbps']:.1f} GB/s of KV vs {x['read_gbps_nearby']:.1f} GB/s "
+                 f"read on one thread ({x['pct_of_read_bw']:.0f}%)")
     lines.append("prefill attention (causal, one sequence):")
     lines.append(f"  {'length':>7} {'heads':>10} {'dtype':>8} {'ms':>8} {'GFLOP/s':>8} {'SDPA GFLOP/s':>12}")
     for x in r["prefill"]:

@@ -16,6 +16,7 @@ def test_bench_json_has_all_figures(capsys):
     for row in report["decode"]:
         assert row["kv_gbps"] > 0 and row["speedup_vs_sdpa"] > 0 and row["pct_of_read_bw"] > 0
     assert report["prefill"][0]["length"] == 48 and report["prefill"][0]["gflops"] > 0
+    assert report["one_core"]["context"] == 300 and report["one_core"]["kv_gbps"] > 0
 
 
 def test_bench_text_report(capsys):
@@ -23,6 +24,7 @@ def test_bench_text_report(capsys):
                        "--pool-mb", "2", "--dtype", "fp32"]) == 0
     out = capsys.readouterr().out
     assert "memory bandwidth: read" in out and "decode attention" in out and "prefill attention" in out
+    assert "one thread, context 32" in out
 
 
 def test_bench_rejects_bad_heads():
