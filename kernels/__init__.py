@@ -6,7 +6,7 @@ Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are 
 """
 from ._loader import available, isa, load_error
 from .linear import linear_small_m, pack_linear_weight, packed_native
-from .lora import lora_apply
+from .lora import lora_apply, pack_lora_b
 from .ops import (
     copy_blocks,
     fused_add_rms_norm,
@@ -33,6 +33,7 @@ __all__ = [
     "linear_small_m",
     "load_error",
     "lora_apply",
+    "pack_lora_b",
     "pack_linear_weight",
     "packed_native",
     "paged_attention",

@@ -2,7 +2,8 @@
 
 The stacked layout (one tensor per role for every resident adapter of the projection):
     a             [slots, R, in]      A rows of each slot's targeted slices, one after another
-    b             [slots, R, out]     (scale * B)^T; rank row r is only read over its own slice's columns
+    b             [slots, P, R, 64]   (scale * B)^T [slots, R, out] in panels of 64 output columns
+                                      (`pack_lora_b`); rank row r is only read over its own slice's columns
     rank_offsets  int32 [slots, S+1]  slice i of a slot uses rank rows rank_offsets[slot, i] .. [slot, i+1]
                                       (equal = slice not targeted; an all-equal row = no LoRA in that slot)
     slice_offsets int32 [S+1]         output columns of slice i (a fused qkv has S = 3)
@@ -13,8 +14,11 @@ to out in fp32, so out is rounded once.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ._loader import require
+
+PANEL = 64   # output columns per panel of b (kLoraPanel in kernels/csrc/core/lora.h)
 
 
 def lora_apply(x: torch.Tensor, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, rank_offsets: torch.Tensor,
@@ -23,3 +27,11 @@ def lora_apply(x: torch.Tensor, out: torch.Tensor, a: torch.Tensor, b: torch.Ten
     require()
     torch.ops.llmchat.lora_apply(x, out, a, b, rank_offsets, slice_offsets, segments)
     return out
+
+
+def pack_lora_b(b: torch.Tensor) -> torch.Tensor:
+    """[..., R, out] -> panels [..., ceil(out/64), R, 64] (zero padded): element (r, c) moves to
+    [c // 64, r, c % 64], so the kernel reads one panel's rank rows of a slice as one contiguous run."""
+    *lead, rank, out = b.shape
+    padded = F.pad(b, (0, (-out) % PANEL))
+    return padded.view(*lead, rank, -1, PANEL).transpose(-3, -2).contiguous()

@@ -61,7 +61,7 @@ def test_lora_apply_matches_per_token_definition(dtype, seed):
     x = torch.randn(T, in_f + 3, generator=g).to(dtype)[:, :in_f]          # strided rows
     out = torch.randn(T, sum(slice_sizes) + 5, generator=g).to(dtype)[:, :sum(slice_sizes)]
     want = reference(x, out, a, b, ro, so, segments)
-    K.lora_apply(x, out, a, b, ro, so, segments)
+    K.lora_apply(x, out, a, K.pack_lora_b(b), ro, so, segments)
     # one rounding of (out + delta) to the dtype: error relative to the magnitude of the sum
     scale = 1 + want.abs()
     assert ((out.double() - want).abs() / scale).max().item() <= TOL[dtype]
@@ -76,14 +76,22 @@ def test_untouched_rows_and_untargeted_slices_stay_bit_identical():
     x = torch.randn(6, 16, generator=g).bfloat16()
     out = torch.randn(6, 24, generator=g).bfloat16()
     before = out.clone()
-    K.lora_apply(x, out, a, b, ro, so, torch.tensor([[0, 1, 3], [1, 3, 5]], dtype=torch.int32))
+    K.lora_apply(x, out, a, K.pack_lora_b(b), ro, so, torch.tensor([[0, 1, 3], [1, 3, 5]], dtype=torch.int32))
     assert torch.equal(out[:, 8:], before[:, 8:])           # untargeted slice
     assert torch.equal(out[[0, 3, 4, 5]], before[[0, 3, 4, 5]])   # base token, slot 1 tokens, trailing base
     assert not torch.equal(out[1:3, :8], before[1:3, :8])
 
 
+def test_pack_lora_b_puts_each_column_in_its_panel():
+    b = torch.arange(2 * 3 * 70, dtype=torch.float32).view(2, 3, 70)
+    packed = K.pack_lora_b(b)
+    assert packed.shape == (2, 2, 3, 64)
+    assert packed[1, 1, 2, 5] == b[1, 2, 69] and packed[0, 0, 1, 63] == b[0, 1, 63]
+    assert packed[:, 1, :, 6:].abs().sum() == 0          # padding past the last column
+
+
 def args(**over):
-    a = dict(x=torch.randn(4, 16), out=torch.zeros(4, 24), a=torch.randn(2, 4, 16), b=torch.randn(2, 4, 24),
+    a = dict(x=torch.randn(4, 16), out=torch.zeros(4, 24), a=torch.randn(2, 4, 16), b=torch.randn(2, 1, 4, 64),
              rank_offsets=torch.tensor([[0, 2, 4], [0, 0, 0]], dtype=torch.int32),
              slice_offsets=torch.tensor([0, 8, 24], dtype=torch.int32),
              segments=torch.tensor([[0, 0, 2], [1, 2, 4]], dtype=torch.int32))
@@ -96,8 +104,8 @@ def args(**over):
     ({"a": torch.randn(2, 4, 16).bfloat16()}, "a must have the dtype of x"),
     ({"out": torch.zeros(3, 24)}, "out must have one row per row of x"),
     ({"a": torch.randn(2, 4, 15)}, "a must be [slots, rank, 16]"),
-    ({"b": torch.randn(2, 4, 23)}, "b must have shape"),
-    ({"b": torch.randn(2, 24, 4).transpose(1, 2)}, "b must be contiguous"),
+    ({"b": torch.randn(2, 4, 24)}, "b must have shape [2, 1, 4, 64]"),
+    ({"b": torch.randn(2, 1, 64, 4).transpose(2, 3)}, "b must be contiguous"),
     ({"slice_offsets": torch.tensor([0, 8, 20], dtype=torch.int32)}, "slice_offsets must start at 0 and end at"),
     ({"slice_offsets": torch.tensor([0, 8, 24])}, "slice_offsets must be Int"),
     ({"rank_offsets": torch.tensor([[0, 2, 5], [0, 0, 0]], dtype=torch.int32)}, "rank_offsets row 0 must be"),

@@ -132,7 +132,7 @@ void lora_apply(const LoraArgs& a) {
         if (ro[i + 1] <= ro[i]) continue;
         for (int64_t c = a.slice_offsets[i]; c < a.slice_offsets[i + 1]; ++c) {
           float d = 0.f;
-          for (int64_t r = ro[i]; r < ro[i + 1]; ++r) d += h[size_t(r)] * ld<T>(a.b, (slot * a.rank + r) * a.out_features + c);
+          for (int64_t r = ro[i]; r < ro[i + 1]; ++r) d += h[size_t(r)] * ld<T>(a.b, ((slot * lora_panels(a.out_features) + c / kLoraPanel) * a.rank + r) * kLoraPanel + c % kLoraPanel);
           st<T>(a.out, t * a.out_stride + c, ld<T>(a.out, t * a.out_stride + c) + d);
         }
       }

@@ -33,7 +33,7 @@ void lora_apply_op(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, co
   LLMCHAT_CHECK(a.size(2) == x.size(1), op, "a must be [slots, rank, ", x.size(1), "] to match x ", x.sizes(), ", got ",
                 a.sizes());
   const int64_t slots = a.size(0), rank = a.size(1), T = x.size(0), N = out.size(1);
-  check_shape(op, b, "b", {slots, rank, N});
+  check_shape(op, b, "b", {slots, lora_panels(N), rank, kLoraPanel});
   check_contiguous(op, b, "b");
 
   check_int32_matrix(op, slice_offsets, "slice_offsets", 1);
