@@ -1,8 +1,11 @@
-// Multi-adapter LoRA (see lora.h) in two passes over flat task lists, each pass split across threads:
+// Multi-adapter LoRA (see lora.h), per segment and targeted slice:
 //   shrink: h[t, r] = x[t] . A[slot, r] in fp32, kRows rank rows at a time that every token of the
 //           segment reuses from L1 (the same register blocking as the small-M linear);
 //   expand: out[t, cols] += h[t, slice ranks] @ B[slot, slice ranks, cols], one 64-column panel of B at a
 //           time, only over each targeted slice's own rank rows.
+// Threads: one parallel call over (segment, slice) tasks when they split evenly (several adapters, the
+// common serving case), else a shrink call and an expand call over finer tasks. Each h[t, r] and out
+// element is computed the same way under every plan, so a token's result does not depend on its batch.
 // h sits in a per-thread scratch buffer reused across calls (no allocation per projection).
 #include <algorithm>
 #include <vector>
@@ -18,9 +21,9 @@ using vec::VecF;
 
 constexpr int kRows = 4;                            // shrink: rank rows per block (one reduce_add4)
 constexpr int kTok = vec::kRegVecs >= 32 ? 4 : 1;   // tokens per register block (both passes)
-// Below this much work (weight elements + MACs/16) a pass runs on the calling thread: waking the pool
-// costs more than it saves.
-constexpr int64_t kParallelWork = 16384;
+// Below this cost (see cost_of: ~16k weight elements at decode) a call runs on the calling thread: waking
+// the pool costs more than it saves.
+constexpr int64_t kParallelCost = 1 << 17;
 
 template <typename T> constexpr int64_t step() { return std::is_same_v<T, bf16_t> ? 32 : 16; }
 
@@ -162,61 +165,112 @@ void expand_task(const LoraArgs& a, const Segment& sg, int64_t r0, int64_t r1, i
 }
 
 // ---- planning ----
-struct ShrinkTask {
-  int32_t seg, row;
-};
-struct ExpandTask {
-  int32_t seg, slice, panel;
+// A task is a run of one segment's work: rank rows [first, last) to shrink and/or panels [first, last) of
+// one slice to expand. Costs model a weight element read from memory as ~8 token-MACs.
+struct Task {
+  int32_t seg, slice, first, last;
+  int64_t cost;
 };
 
-// Runs fn over [0, n) on the pool only when the pass has enough work to pay for waking it.
-void run_tasks(const Runtime& rt, int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
-  if (n <= 0) return;
-  const int64_t threads = std::max(1, rt.num_threads);
-  const int64_t grain = work < kParallelWork ? n : (n + threads - 1) / threads;  // one even chunk per thread
-  rt.parallel_for(n, grain, fn);
+inline int64_t cost_of(int64_t weight_elems, int64_t tokens) { return weight_elems * (8 + tokens); }
+
+// Contiguous chunk boundaries over tasks, about total/parts cost each; returns the costliest chunk's cost.
+int64_t balance(const std::vector<Task>& tasks, int64_t parts, std::vector<int64_t>& bounds) {
+  int64_t total = 0, worst = 0, acc = 0;
+  for (const Task& t : tasks) total += t.cost;
+  bounds.assign(1, 0);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    acc += tasks[i].cost;
+    const int64_t done = int64_t(bounds.size());  // chunks closed so far + 1
+    if (i + 1 == tasks.size() || (done < parts && acc * parts >= total * done)) {
+      bounds.push_back(int64_t(i) + 1);
+      int64_t chunk = 0;
+      for (int64_t j = bounds[bounds.size() - 2]; j < bounds.back(); ++j) chunk += tasks[size_t(j)].cost;
+      worst = std::max(worst, chunk);
+    }
+  }
+  return worst;
+}
+
+template <typename Fn>
+void run_chunks(const Runtime& rt, const std::vector<Task>& tasks, const std::vector<int64_t>& bounds, Fn&& fn) {
+  const int64_t parts = int64_t(bounds.size()) - 1;
+  auto body = [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t i = bounds[size_t(c)]; i < bounds[size_t(c) + 1]; ++i) fn(tasks[size_t(i)]);
+  };
+  if (parts <= 1) body(0, parts);
+  else rt.parallel_for(parts, 1, body);
 }
 
 template <typename T>
 void run(const LoraArgs& a, const Runtime& rt) {
-  std::vector<ShrinkTask> shrink;
-  std::vector<ExpandTask> expand;
-  int64_t shrink_work = 0, expand_work = 0, last_end = 0;
+  // One task per (segment, targeted slice): shrink its rank rows, then expand its columns. Needs no
+  // barrier, so it is the plan whenever these tasks spread evenly over the threads (several adapters).
+  std::vector<Task> slices;
+  int64_t total = 0, last_end = 0;
   for (int64_t s = 0; s < a.num_segments; ++s) {
     const Segment sg = segment_of(a, s);
     const int32_t* ro = ranks_of(a, sg.slot);
-    const int64_t tokens = sg.end - sg.start, rows = ro[a.num_slices] - ro[0];
-    if (tokens <= 0 || rows <= 0) continue;
-    last_end = std::max(last_end, sg.end);
-    for (int64_t r = ro[0]; r < ro[a.num_slices]; r += kRows) shrink.push_back({int32_t(s), int32_t(r)});
-    shrink_work += rows * a.in * (1 + tokens / 16);
+    const int64_t tokens = sg.end - sg.start;
+    if (tokens <= 0) continue;
     for (int i = 0; i < a.num_slices; ++i) {
-      if (ro[i + 1] <= ro[i]) continue;  // slice not targeted by this slot
-      for (int64_t p = a.slice_offsets[i] / kLoraPanel; p * kLoraPanel < a.slice_offsets[i + 1]; ++p)
-        expand.push_back({int32_t(s), i, int32_t(p)});
-      expand_work += (ro[i + 1] - ro[i]) * (a.slice_offsets[i + 1] - a.slice_offsets[i]) * (1 + tokens / 16);
+      const int64_t rows = ro[i + 1] - ro[i], cols = a.slice_offsets[i + 1] - a.slice_offsets[i];
+      if (rows <= 0 || cols <= 0) continue;  // slice not targeted by this slot
+      slices.push_back({int32_t(s), i, 0, 0, cost_of(rows * (a.in + cols), tokens)});
+      total += slices.back().cost;
+      last_end = std::max(last_end, sg.end);
     }
   }
-  if (shrink.empty()) return;
+  if (slices.empty()) return;
   thread_local std::vector<float> scratch;  // h [T, rank]; only the rows of LoRA segments are written
   if (scratch.size() < size_t(last_end * a.rank)) scratch.resize(size_t(last_end * a.rank));
   float* h = scratch.data();
-  run_tasks(rt, int64_t(shrink.size()), shrink_work, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const Segment sg = segment_of(a, shrink[i].seg);
-      shrink_task<T>(a, sg, shrink[i].row, ranks_of(a, sg.slot)[a.num_slices], h);
+
+  auto shrink = [&](const Segment& sg, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r += kRows) shrink_task<T>(a, sg, r, r1, h);
+  };
+  auto expand = [&](const Segment& sg, int i, int64_t p0, int64_t p1) {
+    const int32_t* ro = ranks_of(a, sg.slot);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t c0 = std::max<int64_t>(p * kLoraPanel, a.slice_offsets[i]);
+      const int64_t c1 = std::min<int64_t>((p + 1) * kLoraPanel, a.slice_offsets[i + 1]);
+      expand_task<T>(a, sg, ro[i], ro[i + 1], p, c0, c1, h);
     }
-  });
-  run_tasks(rt, int64_t(expand.size()), expand_work, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const ExpandTask& e = expand[i];
-      const Segment sg = segment_of(a, e.seg);
+  };
+  auto first_panel = [&](int i) { return a.slice_offsets[i] / kLoraPanel; };
+  auto end_panel = [&](int i) { return (a.slice_offsets[i + 1] + kLoraPanel - 1) / kLoraPanel; };
+
+  const int64_t threads = total < kParallelCost ? 1 : std::max(1, rt.num_threads);
+  std::vector<int64_t> bounds;
+  if (balance(slices, threads, bounds) * 4 <= total * 5 / threads) {  // within 25% of an even split
+    run_chunks(rt, slices, bounds, [&](const Task& t) {
+      const Segment sg = segment_of(a, t.seg);
       const int32_t* ro = ranks_of(a, sg.slot);
-      const int64_t c0 = std::max<int64_t>(e.panel * kLoraPanel, a.slice_offsets[e.slice]);
-      const int64_t c1 = std::min<int64_t>((e.panel + 1) * kLoraPanel, a.slice_offsets[e.slice + 1]);
-      expand_task<T>(a, sg, ro[e.slice], ro[e.slice + 1], e.panel, c0, c1, h);
+      shrink(sg, ro[t.slice], ro[t.slice + 1]);
+      expand(sg, t.slice, first_panel(t.slice), end_panel(t.slice));
+    });
+    return;
+  }
+  // Few, uneven tasks (one adapter, or one long prefill): shrink rank-row blocks on every thread, then
+  // (after the barrier between the two calls) expand panels on every thread.
+  std::vector<Task> rows, panels;
+  for (const Task& t : slices) {
+    const Segment sg = segment_of(a, t.seg);
+    const int32_t* ro = ranks_of(a, sg.slot);
+    const int64_t tokens = sg.end - sg.start, cols = a.slice_offsets[t.slice + 1] - a.slice_offsets[t.slice];
+    for (int64_t r = ro[t.slice]; r < ro[t.slice + 1]; r += kRows) {
+      const int64_t r1 = std::min<int64_t>(r + kRows, ro[t.slice + 1]);
+      rows.push_back({t.seg, t.slice, int32_t(r), int32_t(r1), cost_of((r1 - r) * a.in, tokens)});
     }
-  });
+    for (int64_t p = first_panel(t.slice); p < end_panel(t.slice); ++p)
+      panels.push_back({t.seg, t.slice, int32_t(p), int32_t(p + 1),
+                        cost_of((ro[t.slice + 1] - ro[t.slice]) * std::min<int64_t>(kLoraPanel, cols), tokens)});
+  }
+  balance(rows, threads, bounds);
+  run_chunks(rt, rows, bounds, [&](const Task& t) { shrink(segment_of(a, t.seg), t.first, t.last); });
+  balance(panels, threads, bounds);
+  run_chunks(rt, panels, bounds, [&](const Task& t) { expand(segment_of(a, t.seg), t.slice, t.first, t.last); });
 }
 
 }  // namespace
