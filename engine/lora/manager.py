@@ -51,7 +51,7 @@ class LoraSite:
         manager = self.manager
         if not manager.segments:
             return
-        if manager.fused_op is not None and x.dim() == 2:
+        if manager.fused_op is not None:
             self.stack.apply_fused(manager.fused_op, x, out, manager.segment_tensor)
         else:
             self.stack.apply(x, out, manager.segments, manager.uniform)
@@ -181,7 +181,8 @@ class LoraManager:
     def set_step(self, chunks: list, metadata=None) -> None:
         """Token segments of this step's batch (token order = chunk order, each chunk contiguous)."""
         segments = segments_from_runs([(c.seq.adapter_slot, c.num_new_tokens) for c in chunks])
-        self.uniform = uniform_groups(segments)
-        if self.fused_op is not None and segments:
+        if self.fused_op is None:
+            self.uniform = uniform_groups(segments)
+        elif segments:
             self.segment_tensor = torch.tensor(segments, dtype=torch.int32)
         self.segments = segments
