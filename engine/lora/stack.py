@@ -2,7 +2,7 @@
 
     a             [slots, R, in]      A rows of each slot's targeted slices, one after another (zero past its rank)
     b             [slots, R, out]     (scale * B)^T, block-diagonal over the projection's output slices
-                                      (fused path: the kernel's panel layout [slots, P, R, 64], pack_lora_b)
+    b_packed, slice_ranks             fused path only: b without its zeros, in the kernel's layout (pack_lora_b)
     rank_offsets  int32 [slots, S+1]  slice i of a slot uses rank rows rank_offsets[slot, i] .. [slot, i + 1]
                                       (an empty range: slice not targeted; all empty: no LoRA in that slot)
 
@@ -32,13 +32,15 @@ class StackTensors:
     a: torch.Tensor
     b: torch.Tensor
     rank_offsets: torch.Tensor
+    b_packed: torch.Tensor | None = None
+    slice_ranks: torch.Tensor | None = None
 
 
 class SiteStack:
     def __init__(self, in_features: int, slice_offsets: list[int], dtype: torch.dtype = COMPUTE_DTYPE,
-                 pack_b: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
-        """pack_b: the fused kernel's b layout (llmchat.kernels.pack_lora_b); None keeps b dense for the
-        torch path."""
+                 pack_b: Callable | None = None) -> None:
+        """pack_b: llmchat.kernels.pack_lora_b to keep b in the fused kernel's layout as well (the dense b
+        stays: it is what the packed one is rebuilt from when ranks or slots change, and the torch path's)."""
         self.in_features = in_features
         self.pack_b = pack_b
         self.out_features = slice_offsets[-1]
@@ -61,7 +63,7 @@ class SiteStack:
         offsets = current.rank_offsets.clone()
         offsets[slot] = 0
         if weights is None:            # stop reading the slot first, then clear it
-            self.tensors = StackTensors(current.a, current.b, offsets)
+            self._publish(current, offsets)
             current.a[slot].zero_()
             current.b[slot].zero_()
             return
@@ -71,10 +73,14 @@ class SiteStack:
         b = torch.zeros(current.a.shape[1], self.out_features, dtype=self.dtype)
         for out0, out1, r0, r1, b_t in weights.parts:
             b[r0:r1, out0:out1] = b_t
-        current.b[slot] = b if self.pack_b is None else self.pack_b(b)
+        current.b[slot] = b
         offsets[slot] = torch.tensor(self._rank_offsets(weights), dtype=torch.int32)
-        self.tensors = StackTensors(current.a, current.b, offsets)   # publish after the weights are written
+        self._publish(current, offsets)            # after the weights are written
         self.active.add(slot)
+
+    def _publish(self, current: StackTensors, offsets: torch.Tensor) -> None:
+        packed = (None, None) if self.pack_b is None else self.pack_b(current.b, offsets, self.slice_offsets_t)
+        self.tensors = StackTensors(current.a, current.b, offsets, *packed)
 
     def _rank_offsets(self, weights: SiteWeights) -> list[int]:
         """[0, end of slice 0's rank rows, ...]: targeted slices follow each other in rank order."""
@@ -88,14 +94,13 @@ class SiteStack:
         return row
 
     def _grown(self, current: StackTensors | None, slots: int, rank: int) -> StackTensors:
-        b = torch.zeros(slots, rank, self.out_features, dtype=self.dtype)
         grown = StackTensors(torch.zeros(slots, rank, self.in_features, dtype=self.dtype),
-                             b if self.pack_b is None else self.pack_b(b),
+                             torch.zeros(slots, rank, self.out_features, dtype=self.dtype),
                              torch.zeros(slots, len(self.slice_offsets), dtype=torch.int32))
         if current is not None:
             old_slots, old_rank = current.a.shape[:2]
             grown.a[:old_slots, :old_rank] = current.a
-            grown.b[:old_slots, ..., :old_rank, :] = current.b      # rank is dim -2 in both layouts
+            grown.b[:old_slots, :old_rank] = current.b
             grown.rank_offsets[:old_slots] = current.rank_offsets
         return grown
 
@@ -104,12 +109,11 @@ class SiteStack:
         """One llmchat.kernels.lora_apply (`op`) for all segments (int32 [N, 3] of (slot, start, end))."""
         t = self.tensors
         if t is not None and self.active:
-            op(x, out, t.a, t.b, t.rank_offsets, self.slice_offsets_t, segments)
+            op(x, out, t.a, t.b_packed, t.rank_offsets, self.slice_offsets_t, t.slice_ranks, segments)
 
     def apply(self, x: torch.Tensor, out: torch.Tensor, segments: list[tuple[int, int, int]],
               uniform: tuple[int, int, int, int] | None) -> None:
         """Torch path: out[s:e] += (x[s:e] @ A_slot^T) @ (scale * B_slot)^T for each (slot, s, e) segment."""
-        assert self.pack_b is None, "the torch path needs a dense b"
         t = self.tensors
         if t is None or not self.active:
             return

@@ -60,10 +60,13 @@ void check(int64_t in, std::vector<int32_t> slices, int64_t slots, int64_t max_r
     tokens += len;
   }
   const int64_t xs = in + 3, os = N + 5;  // strided rows on both sides
-  const int64_t P = lora_panels(N);
+  std::vector<int32_t> caps(size_t(S), 0);  // per slice: the largest rank any slot has there (+ padding rows)
+  for (int64_t s = 0; s < slots; ++s)
+    for (int i = 0; i < S; ++i) caps[size_t(i)] = std::max(caps[size_t(i)], ro[size_t(s * (S + 1) + i + 1)] - ro[size_t(s * (S + 1) + i)]);
+  for (auto& c : caps) c += int32_t(pick(2));
   auto x = random_vec<T>(size_t(std::max<int64_t>(1, tokens * xs)));
   auto a = random_vec<T>(size_t(slots * R * in));
-  auto b = random_vec<T>(size_t(slots * P * R * kLoraPanel));  // values outside a slice's block are never read
+  auto b = random_vec<T>(size_t(slots * lora_b_offset(so.data(), caps.data(), S)));  // padding is never read
   auto out = random_vec<T>(size_t(std::max<int64_t>(1, tokens * os)));
   auto want = out;
   LoraArgs args;
@@ -71,7 +74,7 @@ void check(int64_t in, std::vector<int32_t> slices, int64_t slots, int64_t max_r
   args.x = x.data(), args.x_stride = xs;
   args.a = a.data(), args.b = b.data();
   args.num_tokens = tokens, args.slots = slots, args.rank = R, args.in = in, args.out_features = N;
-  args.rank_offsets = ro.data(), args.slice_offsets = so.data(), args.num_slices = S;
+  args.rank_offsets = ro.data(), args.slice_offsets = so.data(), args.slice_ranks = caps.data(), args.num_slices = S;
   args.segments = seg.data(), args.num_segments = int64_t(seg.size() / 3);
   args.out_stride = os;
   args.out = want.data();

@@ -31,9 +31,10 @@ def cases():
 
 
 def lora_args():
-    a, b = torch.randn(2, 8, 32), llmchat.kernels.pack_lora_b(torch.randn(2, 8, 80))
     rank_offsets = torch.tensor([[0, 4, 4, 8], [0, 0, 0, 0]], dtype=torch.int32)
-    return (torch.randn(5, 32), torch.randn(5, 80), a, b, rank_offsets, torch.tensor([0, 48, 64, 80], dtype=torch.int32),
+    slice_offsets = torch.tensor([0, 48, 64, 80], dtype=torch.int32)
+    b, slice_ranks = llmchat.kernels.pack_lora_b(torch.randn(2, 8, 80), rank_offsets, slice_offsets)
+    return (torch.randn(5, 32), torch.randn(5, 80), torch.randn(2, 8, 32), b, rank_offsets, slice_offsets, slice_ranks,
             torch.tensor([[0, 0, 2], [1, 3, 5]], dtype=torch.int32))
 
 

@@ -1,8 +1,8 @@
 // Multi-adapter LoRA (see lora.h), per segment and targeted slice:
 //   shrink: h[t, r] = x[t] . A[slot, r] in fp32, kRows rank rows at a time that every token of the
 //           segment reuses from L1 (the same register blocking as the small-M linear);
-//   expand: out[t, cols] += h[t, slice ranks] @ B[slot, slice ranks, cols], one 64-column panel of B at a
-//           time, only over each targeted slice's own rank rows.
+//   expand: out[t, cols] += h[t, slice ranks] @ B_slice[slot], one 64-column panel at a time, reading only
+//           the slice's own compact B (no block-diagonal zeros, so the hardware prefetchers fetch no zeros).
 // Threads: one parallel call over (segment, slice) tasks when they split evenly (several adapters, the
 // common serving case), else a shrink call and an expand call over finer tasks. Each h[t, r] and out
 // element is computed the same way under every plan, so a token's result does not depend on its batch.
@@ -97,15 +97,9 @@ void shrink_task(const LoraArgs& a, const Segment& sg, int64_t r0, int64_t r1, f
 }
 
 // ---- expand ----
-// Panel p of a slot holds columns [64p, 64p + 64) of every rank row, rows one after another, so a task
-// (one panel x one slice's rank rows) reads one contiguous run of B.
-template <typename T>
-inline const T* panel_of(const LoraArgs& a, int64_t slot, int64_t p) {
-  return static_cast<const T*>(a.b) + (slot * lora_panels(a.out_features) + p) * a.rank * kLoraPanel;
-}
-
-// out[t, c0 + 16 v] for v < NV and tokens [t0, t0 + MT); B points at column c0 of rank row 0 (row stride
-// kLoraPanel). The delta over rank rows [r0, r1) is summed in fp32, then added to out and rounded once.
+// out[t, c0 + 16 v] for v < NV and tokens [t0, t0 + MT); B points at the panel's first rank row (r0), at
+// column c0, rows kLoraPanel apart. The delta over rank rows [r0, r1) is summed in fp32, then added to out
+// and rounded once.
 template <typename T, int NV, int MT>
 void expand_block(const LoraArgs& a, const T* B, int64_t r0, int64_t r1, int64_t c0, int64_t t0, const float* h) {
   T* out = static_cast<T*>(a.out) + t0 * a.out_stride + c0;
@@ -114,7 +108,7 @@ void expand_block(const LoraArgs& a, const T* B, int64_t r0, int64_t r1, int64_t
     for (int v = 0; v < NV; ++v) acc[t][v] = VecF::zero();
   for (int64_t r = r0; r < r1; ++r) {
     VecF w[NV];
-    for (int v = 0; v < NV; ++v) w[v] = VecF::load(B + r * kLoraPanel + 16 * v);
+    for (int v = 0; v < NV; ++v) w[v] = VecF::load(B + (r - r0) * kLoraPanel + 16 * v);
     for (int t = 0; t < MT; ++t) {
       const VecF hv = VecF::set1(h[(t0 + t) * a.rank + r]);
       for (int v = 0; v < NV; ++v) acc[t][v] = vec::fma(hv, w[v], acc[t][v]);
@@ -139,13 +133,12 @@ void expand_cols(const LoraArgs& a, const Segment& sg, const T* B, int64_t r0, i
   }
 }
 
-// Columns [c0, c1) of one slice inside panel p: whole vectors, then a scalar tail.
+// One panel of a slice: columns [c0, c1), c1 - c0 <= 64; whole vectors, then a scalar tail. `next` is the
+// distance to the slice's next panel, fetched now: it is the next task's read.
 template <typename T>
-void expand_task(const LoraArgs& a, const Segment& sg, int64_t r0, int64_t r1, int64_t p, int64_t c0, int64_t c1,
-                 const float* h) {
-  const T* B = panel_of<T>(a, sg.slot, p) + (c0 - p * kLoraPanel);
-  // The next panel's rows of this slice are the next task's read: start fetching them now.
-  vec::prefetch_range(B + (a.rank + r0) * kLoraPanel, (r1 - r0) * kLoraPanel * int64_t(sizeof(T)));
+void expand_task(const LoraArgs& a, const Segment& sg, const T* B, int64_t next, int64_t r0, int64_t r1, int64_t c0,
+                 int64_t c1, const float* h) {
+  vec::prefetch_range(B + next, (r1 - r0) * kLoraPanel * int64_t(sizeof(T)));
   const int64_t nv = (c1 - c0) / 16;
   switch (nv) {
     case 0: break;
@@ -158,7 +151,7 @@ void expand_task(const LoraArgs& a, const Segment& sg, int64_t r0, int64_t r1, i
     T* out = static_cast<T*>(a.out) + t * a.out_stride;
     for (int64_t c = c0 + 16 * nv; c < c1; ++c) {
       float sum = 0.f;
-      for (int64_t r = r0; r < r1; ++r) sum += h[t * a.rank + r] * to_float(B[r * kLoraPanel + c - c0]);
+      for (int64_t r = r0; r < r1; ++r) sum += h[t * a.rank + r] * to_float(B[(r - r0) * kLoraPanel + c - c0]);
       out[c] = from_float<T>(to_float(out[c]) + sum);
     }
   }
@@ -230,16 +223,20 @@ void run(const LoraArgs& a, const Runtime& rt) {
   auto shrink = [&](const Segment& sg, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r += kRows) shrink_task<T>(a, sg, r, r1, h);
   };
+  std::vector<int64_t> b_offset(size_t(a.num_slices) + 1);  // slice i's panels inside a slot's b
+  for (int i = 0; i <= a.num_slices; ++i) b_offset[size_t(i)] = lora_b_offset(a.slice_offsets, a.slice_ranks, i);
+  // Panels [p0, p1) of slice i (panel p: the slice's columns 64p .. 64p + 63).
   auto expand = [&](const Segment& sg, int i, int64_t p0, int64_t p1) {
     const int32_t* ro = ranks_of(a, sg.slot);
+    const int64_t panel_elems = int64_t(a.slice_ranks[i]) * kLoraPanel;
+    const T* slice_b = static_cast<const T*>(a.b) + sg.slot * b_offset.back() + b_offset[size_t(i)];
     for (int64_t p = p0; p < p1; ++p) {
-      const int64_t c0 = std::max<int64_t>(p * kLoraPanel, a.slice_offsets[i]);
-      const int64_t c1 = std::min<int64_t>((p + 1) * kLoraPanel, a.slice_offsets[i + 1]);
-      expand_task<T>(a, sg, ro[i], ro[i + 1], p, c0, c1, h);
+      const int64_t c0 = a.slice_offsets[i] + p * kLoraPanel;
+      const int64_t c1 = std::min<int64_t>(c0 + kLoraPanel, a.slice_offsets[i + 1]);
+      expand_task<T>(a, sg, slice_b + p * panel_elems, panel_elems, ro[i], ro[i + 1], c0, c1, h);
     }
   };
-  auto first_panel = [&](int i) { return a.slice_offsets[i] / kLoraPanel; };
-  auto end_panel = [&](int i) { return (a.slice_offsets[i + 1] + kLoraPanel - 1) / kLoraPanel; };
+  auto end_panel = [&](int i) { return lora_panels(a.slice_offsets[i + 1] - a.slice_offsets[i]); };
 
   const int64_t threads = total < kParallelCost ? 1 : std::max(1, rt.num_threads);
   std::vector<int64_t> bounds;
@@ -248,7 +245,7 @@ void run(const LoraArgs& a, const Runtime& rt) {
       const Segment sg = segment_of(a, t.seg);
       const int32_t* ro = ranks_of(a, sg.slot);
       shrink(sg, ro[t.slice], ro[t.slice + 1]);
-      expand(sg, t.slice, first_panel(t.slice), end_panel(t.slice));
+      expand(sg, t.slice, 0, end_panel(t.slice));
     });
     return;
   }
@@ -263,7 +260,7 @@ void run(const LoraArgs& a, const Runtime& rt) {
       const int64_t r1 = std::min<int64_t>(r + kRows, ro[t.slice + 1]);
       rows.push_back({t.seg, t.slice, int32_t(r), int32_t(r1), cost_of((r1 - r) * a.in, tokens)});
     }
-    for (int64_t p = first_panel(t.slice); p < end_panel(t.slice); ++p)
+    for (int64_t p = 0; p < end_panel(t.slice); ++p)
       panels.push_back({t.seg, t.slice, int32_t(p), int32_t(p + 1),
                         cost_of((ro[t.slice + 1] - ro[t.slice]) * std::min<int64_t>(kLoraPanel, cols), tokens)});
   }

@@ -132,7 +132,10 @@ void lora_apply(const LoraArgs& a) {
         if (ro[i + 1] <= ro[i]) continue;
         for (int64_t c = a.slice_offsets[i]; c < a.slice_offsets[i + 1]; ++c) {
           float d = 0.f;
-          for (int64_t r = ro[i]; r < ro[i + 1]; ++r) d += h[size_t(r)] * ld<T>(a.b, ((slot * lora_panels(a.out_features) + c / kLoraPanel) * a.rank + r) * kLoraPanel + c % kLoraPanel);
+          const int64_t col = c - a.slice_offsets[i];  // column inside the slice
+          const int64_t base = slot * lora_b_offset(a.slice_offsets, a.slice_ranks, a.num_slices) +
+                               lora_b_offset(a.slice_offsets, a.slice_ranks, i) + (col / kLoraPanel) * a.slice_ranks[i] * kLoraPanel;
+          for (int64_t r = ro[i]; r < ro[i + 1]; ++r) d += h[size_t(r)] * ld<T>(a.b, base + (r - ro[i]) * kLoraPanel + col % kLoraPanel);
           st<T>(a.out, t * a.out_stride + c, ld<T>(a.out, t * a.out_stride + c) + d);
         }
       }

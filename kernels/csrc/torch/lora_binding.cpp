@@ -16,7 +16,8 @@ void check_int32_matrix(const char* op, const at::Tensor& t, const char* name, i
 }
 
 void lora_apply_op(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                   const at::Tensor& rank_offsets, const at::Tensor& slice_offsets, const at::Tensor& segments) {
+                   const at::Tensor& rank_offsets, const at::Tensor& slice_offsets, const at::Tensor& slice_ranks,
+                   const at::Tensor& segments) {
   const char* op = "lora_apply";
   for (auto [t, name] : {std::pair{&x, "x"}, {&out, "out"}, {&a, "a"}, {&b, "b"}}) check_cpu(op, *t, name);
   check_dim(op, x, "x", 2);
@@ -33,8 +34,6 @@ void lora_apply_op(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, co
   LLMCHAT_CHECK(a.size(2) == x.size(1), op, "a must be [slots, rank, ", x.size(1), "] to match x ", x.sizes(), ", got ",
                 a.sizes());
   const int64_t slots = a.size(0), rank = a.size(1), T = x.size(0), N = out.size(1);
-  check_shape(op, b, "b", {slots, lora_panels(N), rank, kLoraPanel});
-  check_contiguous(op, b, "b");
 
   check_int32_matrix(op, slice_offsets, "slice_offsets", 1);
   const int64_t S = slice_offsets.size(0) - 1;
@@ -44,6 +43,15 @@ void lora_apply_op(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, co
   for (int64_t i = 0; i < S; ++i)
     LLMCHAT_CHECK(so[i] <= so[i + 1], op, "slice_offsets must be non-decreasing, got ", slice_offsets);
 
+  check_int32_matrix(op, slice_ranks, "slice_ranks", 1);
+  check_shape(op, slice_ranks, "slice_ranks", {S});
+  const int32_t* caps = slice_ranks.data_ptr<int32_t>();
+  for (int64_t i = 0; i < S; ++i)
+    LLMCHAT_CHECK(caps[i] >= 0, op, "slice_ranks must be non-negative, got ", slice_ranks);
+  check_dim(op, b, "b", 2);
+  check_contiguous(op, b, "b");
+  check_shape(op, b, "b", {slots, lora_b_offset(so, caps, int(S))});
+
   check_int32_matrix(op, rank_offsets, "rank_offsets", 2);
   check_shape(op, rank_offsets, "rank_offsets", {slots, S + 1});
   const int32_t* ro = rank_offsets.data_ptr<int32_t>();
@@ -52,6 +60,8 @@ void lora_apply_op(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, co
       const int32_t v = ro[s * (S + 1) + i];
       LLMCHAT_CHECK(v >= 0 && v <= rank && (i == 0 || ro[s * (S + 1) + i - 1] <= v), op, "rank_offsets row ", s,
                     " must be non-decreasing in [0, ", rank, "], got ", rank_offsets[s]);
+      LLMCHAT_CHECK(i == 0 || v - ro[s * (S + 1) + i - 1] <= caps[i - 1], op, "rank_offsets row ", s, " gives slice ",
+                    i - 1, " more rank rows than slice_ranks allows (", caps[i - 1], "), got ", rank_offsets[s]);
     }
 
   check_int32_matrix(op, segments, "segments", 2);
@@ -73,7 +83,7 @@ void lora_apply_op(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, co
   args.out = out.data_ptr(), args.out_stride = out.stride(0);
   args.a = a.data_ptr(), args.b = b.data_ptr();
   args.num_tokens = T, args.slots = slots, args.rank = rank, args.in = x.size(1), args.out_features = N;
-  args.rank_offsets = ro, args.slice_offsets = so, args.num_slices = int(S);
+  args.rank_offsets = ro, args.slice_offsets = so, args.slice_ranks = caps, args.num_slices = int(S);
   args.segments = sg, args.num_segments = segments.size(0);
   lora_apply(args, torch_runtime());
 }
@@ -83,7 +93,7 @@ void lora_apply_op(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, co
 
 TORCH_LIBRARY_FRAGMENT(llmchat, m) {
   m.def("lora_apply(Tensor x, Tensor(a!) out, Tensor a, Tensor b, Tensor rank_offsets, Tensor slice_offsets, "
-        "Tensor segments) -> ()");
+        "Tensor slice_ranks, Tensor segments) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) { m.impl("lora_apply", &llmchat::binding::lora_apply_op); }
