@@ -13,9 +13,9 @@ Torch path (the oracle, and the fallback without kernels): fp32 grouped GEMMs. W
 consecutive slots of equal size (decodes spread over adapters), one batched shrink and one batched expand
 over a *view* of the stacks; otherwise one shrink and one expand per segment against its slot's view.
 
-Concurrency: put() writes only a slot no running request uses and publishes new rank offsets (and grown
-tensors) as one new StackTensors, so the engine thread can apply() at the same time without a lock and
-always sees consistent offsets.
+Concurrency: put() writes only a slot no running request uses and publishes new rank offsets, the new
+packed b (and grown tensors) as one new StackTensors, so the engine thread can apply() at the same time
+without a lock and always sees offsets and weights that fit together.
 """
 from __future__ import annotations
 
