@@ -1,10 +1,12 @@
-"""llmchat kernels: compiled C++ CPU ops (paged attention, KV cache, norms, rotary, activation).
+"""llmchat kernels: compiled C++ CPU ops (paged attention, KV cache, norms, rotary, activation, small-M
+linear, multi-adapter LoRA).
 
 Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are its typed wrappers.
 `available()` tells whether the extension was built and loaded; `isa()` which vector path it runs.
 """
 from ._loader import available, isa, load_error
 from .linear import linear_small_m, pack_linear_weight, packed_native
+from .lora import lora_apply, pack_lora_b
 from .ops import (
     copy_blocks,
     fused_add_rms_norm,
@@ -30,6 +32,8 @@ __all__ = [
     "isa",
     "linear_small_m",
     "load_error",
+    "lora_apply",
+    "pack_lora_b",
     "pack_linear_weight",
     "packed_native",
     "paged_attention",

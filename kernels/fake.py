@@ -15,6 +15,7 @@ _MUTATING_OPS = (
     "fused_add_rms_norm",
     "rotary_embedding",
     "silu_and_mul",
+    "lora_apply",
 )
 
 

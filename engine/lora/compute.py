@@ -13,7 +13,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-COMPUTE_DTYPE = torch.float32   # adapters are small: fp32 keeps peft's precision and is the fast GEMM path
+# The torch path's weights and math (peft's precision). The fused kernel path stores weights in the model's
+# dtype instead and accumulates in fp32 (stack.py).
+COMPUTE_DTYPE = torch.float32
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ set_step()/group_chunks() run in the engine thread.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -20,6 +21,10 @@ from .registry import AdapterRegistry
 from .stack import SiteStack
 
 _LAYER_PREFIX = re.compile(r"^model\.layers\.(\d+)\.(?:self_attn|mlp)\.\w+$")
+# With the kernels built, each projection applies LoRA with one fused llmchat.kernels.lora_apply call and
+# keeps adapter weights in the model's dtype; LLMCHAT_LORA_FUSED=0 keeps the fp32 torch path (A/B benchmarks).
+FUSED = os.environ.get("LLMCHAT_LORA_FUSED", "1") != "0"
+_FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def resolve_adapter_path(name_or_path: str | Path) -> Path:
@@ -39,11 +44,16 @@ class LoraSite:
 
     def __init__(self, manager: LoraManager, layer) -> None:
         self.manager = manager
-        self.stack = SiteStack(layer.in_features, layer.out_features)
+        pack_b = manager.kernels.pack_lora_b if manager.fused_op is not None else None
+        self.stack = SiteStack(layer.in_features, layer.slice_offsets, manager.weights_dtype, pack_b)
 
     def apply(self, layer, x: torch.Tensor, out: torch.Tensor) -> None:
         manager = self.manager
-        if manager.segments:
+        if not manager.segments:
+            return
+        if manager.fused_op is not None:
+            self.stack.apply_fused(manager.fused_op, x, out, manager.segment_tensor)
+        else:
             self.stack.apply(x, out, manager.segments, manager.uniform)
 
 
@@ -52,7 +62,12 @@ class LoraManager:
         self.runner = runner
         self.registry = AdapterRegistry(max_adapters, max_bytes)
         self.segments: list[tuple[int, int, int]] = []     # this step's (slot, first token, end token)
+        self.segment_tensor: torch.Tensor | None = None    # the same as int32 [N, 3], for the fused op
         self.uniform: tuple[int, int, int, int] | None = None
+        self.kernels = kernels = getattr(runner, "kernels", None)
+        fused = FUSED and kernels is not None and runner.dtype in _FUSED_DTYPES
+        self.fused_op = torch.ops.llmchat.lora_apply if fused else None
+        self.weights_dtype = runner.dtype if fused else COMPUTE_DTYPE
         self.layers = []                                   # hooked Linear modules, site index = position
         self.slice_of: dict[tuple[int, str], tuple[int, int]] = {}   # (layer, "q_proj") -> (site, slice)
         shapes = {}
@@ -66,7 +81,7 @@ class LoraManager:
                 self.slice_of[(layer, name)] = (len(self.layers), i)
             self.layers.append(module)
         self.spec = ModelSpec(shapes=shapes, names=base_model_aliases(runner.config.model_path, runner.raw_config),
-                              path=Path(runner.config.model_path), dtype=COMPUTE_DTYPE)
+                              path=Path(runner.config.model_path), dtype=self.weights_dtype)
         self.sites = [LoraSite(self, layer) for layer in self.layers]
         self._attached = False
 
@@ -166,5 +181,8 @@ class LoraManager:
     def set_step(self, chunks: list, metadata=None) -> None:
         """Token segments of this step's batch (token order = chunk order, each chunk contiguous)."""
         segments = segments_from_runs([(c.seq.adapter_slot, c.num_new_tokens) for c in chunks])
-        self.uniform = uniform_groups(segments)
+        if self.fused_op is None:
+            self.uniform = uniform_groups(segments)
+        elif segments:
+            self.segment_tensor = torch.tensor(segments, dtype=torch.int32)
         self.segments = segments

@@ -26,7 +26,16 @@ def cases():
         "fused_add_rms_norm": (torch.randn(3, 64), torch.randn(3, 64), torch.randn(64), 1e-6),
         "rotary_embedding": (torch.tensor([0, 5, 9]), rot_q, rot_k, torch.randn(16, 32), 32, True),
         "silu_and_mul": (torch.randn(3, 64), torch.empty(3, 32)),
+        "lora_apply": lora_args(),
     }
+
+
+def lora_args():
+    rank_offsets = torch.tensor([[0, 4, 4, 8], [0, 0, 0, 0]], dtype=torch.int32)
+    slice_offsets = torch.tensor([0, 48, 64, 80], dtype=torch.int32)
+    b, slice_ranks = llmchat.kernels.pack_lora_b(torch.randn(2, 8, 80), rank_offsets, slice_offsets)
+    return (torch.randn(5, 32), torch.randn(5, 80), torch.randn(2, 8, 32), b, rank_offsets, slice_offsets, slice_ranks,
+            torch.tensor([[0, 0, 2], [1, 3, 5]], dtype=torch.int32))
 
 
 @pytest.mark.parametrize("name", list(cases()))

@@ -1,5 +1,6 @@
-"""Engine + LoRA equals transformers + peft token for token (fp32) for every architecture, and a mixed batch
-(base, two adapters, a repeated adapter) equals each request run alone."""
+"""Engine + LoRA equals transformers + peft token for token (fp32) for every architecture, on both LoRA paths
+(the fused kernel, default with the kernels backend; the torch oracle), and a mixed batch (base, two adapters,
+a repeated adapter) equals each request run alone."""
 from __future__ import annotations
 
 import functools
@@ -29,9 +30,17 @@ def setup(request, tiny_model_dir, tmp_path_factory):
     return model, {"all": all_dir, "some": some_dir}
 
 
-def test_greedy_with_adapter_equals_transformers_peft(setup):
+def engine(model, backend: str) -> LLM:
+    """backend "kernels": the fused lora_apply path; "torch": the fp32 torch path (the oracle)."""
+    llm = LLM(model, attention_backend=backend)
+    assert (llm.engine.lora.fused_op is not None) == (backend == "kernels")
+    return llm
+
+
+@pytest.mark.parametrize("backend", ["kernels", "torch"])
+def test_greedy_with_adapter_equals_transformers_peft(setup, backend):
     model, adapters = setup
-    llm = LLM(model, attention_backend="torch")
+    llm = engine(model, backend)
     for name, folder in adapters.items():
         llm.load_adapter(name, folder)
     for name, folder in adapters.items():
@@ -59,8 +68,9 @@ def test_mixed_batch_equals_each_request_alone(setup):
     assert together[0].token_ids != together[3].token_ids      # same prompt, base vs adapter
 
 
+@pytest.mark.parametrize("backend", ["kernels", "torch"])
 @pytest.mark.parametrize("arch", ["llama"])
-def test_rslora_and_alpha_scaling_follow_peft(arch, tiny_model_dir, tmp_path):
+def test_rslora_and_alpha_scaling_follow_peft(arch, backend, tiny_model_dir, tmp_path):
     """Same weights, three scalings (alpha/r, alpha/sqrt(r), per-module alpha/rank patterns): each equals peft."""
     model = tiny_model_dir(arch)
     plain = make_adapter(model, tmp_path / "plain", r=4, alpha=4, seed=3, scale=2.0)
@@ -68,7 +78,7 @@ def test_rslora_and_alpha_scaling_follow_peft(arch, tiny_model_dir, tmp_path):
     edit_config(rs, use_rslora=True)                     # scale 4/sqrt(4) = 2 instead of 4/4 = 1
     patterned = make_adapter(model, tmp_path / "pattern", r=4, alpha=4, seed=4,
                              rank_pattern={"q_proj": 2}, alpha_pattern={"down_proj": 16})
-    llm = LLM(model, attention_backend="torch")
+    llm = engine(model, backend)
     outputs = {}
     for name, folder in (("plain", plain), ("rs", rs), ("pattern", patterned)):
         llm.load_adapter(name, folder)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../core/kernels.h"
+#include "../core/lora.h"
 
 namespace llmchat::reference {
 
@@ -111,6 +112,35 @@ inline void copy_blocks(void* const* kc, void* const* vc, int layers, int64_t bl
     for (int64_t p = 0; p < pairs; ++p)
       for (void* const* c : {kc, vc})
         std::memmove(static_cast<char*>(c[l]) + map[2 * p + 1] * block_bytes, static_cast<char*>(c[l]) + map[2 * p] * block_bytes, block_bytes);
+}
+
+// Per token: h = A_slot x (fp32), then each targeted slice's columns get h[slice ranks] . B column, added
+// to out in fp32 and rounded once.
+template <typename T>
+void lora_apply(const LoraArgs& a) {
+  std::vector<float> h(size_t(a.rank));
+  for (int64_t s = 0; s < a.num_segments; ++s) {
+    const int64_t slot = a.segments[3 * s], start = a.segments[3 * s + 1], end = a.segments[3 * s + 2];
+    const int32_t* ro = a.rank_offsets + slot * (a.num_slices + 1);
+    for (int64_t t = start; t < end; ++t) {
+      for (int64_t r = ro[0]; r < ro[a.num_slices]; ++r) {
+        float dot = 0.f;
+        for (int64_t k = 0; k < a.in; ++k) dot += ld<T>(a.x, t * a.x_stride + k) * ld<T>(a.a, (slot * a.rank + r) * a.in + k);
+        h[size_t(r)] = dot;
+      }
+      for (int i = 0; i < a.num_slices; ++i) {
+        if (ro[i + 1] <= ro[i]) continue;
+        for (int64_t c = a.slice_offsets[i]; c < a.slice_offsets[i + 1]; ++c) {
+          float d = 0.f;
+          const int64_t col = c - a.slice_offsets[i];  // column inside the slice
+          const int64_t base = slot * lora_b_offset(a.slice_offsets, a.slice_ranks, a.num_slices) +
+                               lora_b_offset(a.slice_offsets, a.slice_ranks, i) + (col / kLoraPanel) * a.slice_ranks[i] * kLoraPanel;
+          for (int64_t r = ro[i]; r < ro[i + 1]; ++r) d += h[size_t(r)] * ld<T>(a.b, base + (r - ro[i]) * kLoraPanel + col % kLoraPanel);
+          st<T>(a.out, t * a.out_stride + c, ld<T>(a.out, t * a.out_stride + c) + d);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace llmchat::reference
