@@ -14,13 +14,15 @@ bf16 weights are pre-packed for oneDNN after loading (`pack()`): torch's plain b
 `weight = None` and keeps `packed_weight` (an opaque oneDNN tensor); its shape facts stay on the layer.
 
 With the kernels backend (`finalize(kernels=...)`), steps of at most SMALL_M_MAX tokens (decode) run
-`kernels.linear_small_m`, which streams the weight at memory bandwidth (bf16 packed in 16-row panels where
-the CPU has AVX512-BF16); larger steps (prefill) keep the GEMM path above, which stays the oracle.
+`kernels.linear_small_m`, which streams the weight at memory bandwidth; larger steps (prefill) keep the GEMM
+path above, which stays the oracle. Where bf16 weights pack into 16-row panels (AVX512-BF16), the panels run
+every step size and are the only copy of the weight kept (a tied lm_head keeps the shared dense tensor).
 """
 from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -65,9 +67,17 @@ class Linear(nn.Module):
         self.small_m_weight = None
         if kernels is not None and self.weight is not None and SMALL_M_MAX > 0:
             self.small_m_weight = self._small_m_weight(kernels, self.weight)
-        if self.weight is not None and self.weight.device.type == "cpu":
+        # bf16 panels run every step size about as fast as oneDNN (0.9-1.08x from M=64 to 1024, measured), so
+        # they are the only copy kept: no second, oneDNN-packed copy of the weight, no OpenMP pool in the step.
+        panels_only = self.small_m_weight is not None and self.small_m_weight.dim() == 3
+        if panels_only:
+            if not keep_dense:
+                del self.weight
+                self.register_parameter("weight", None)
+        elif self.weight is not None and self.weight.device.type == "cpu":
             self.pack(keep_dense)
-        self.__dict__["_small_max"] = SMALL_M_MAX if self.small_m_weight is not None else -1
+        small_max = sys.maxsize if panels_only else SMALL_M_MAX
+        self.__dict__["_small_max"] = small_max if self.small_m_weight is not None else -1
         self.__dict__["_small_op"] = torch.ops.llmchat.linear_small_m if self.small_m_weight is not None else None
         self.__dict__["_w"] = self.packed_weight if self.packed_weight is not None else self.weight
         self.__dict__["_b"] = self.bias
@@ -108,6 +118,11 @@ class Linear(nn.Module):
         if x.shape[0] <= self._small_max and x.dim() == 2:
             out = x.new_empty(x.shape[0], self.out_features)
             self._small_op(x, self.small_m_weight, self._b, out)
+        elif self._w is None:    # panels are the only copy: flatten leading dims for the kernel
+            flat = x.reshape(-1, x.shape[-1])
+            out = flat.new_empty(flat.shape[0], self.out_features)
+            self._small_op(flat, self.small_m_weight, self._b, out)
+            out = out.view(*x.shape[:-1], self.out_features)
         elif self._is_packed:
             out = _linear_packed(x, self._w, self._b, "none", [], "")
         else:
