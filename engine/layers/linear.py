@@ -83,6 +83,12 @@ class Linear(nn.Module):
         self.__dict__["_b"] = self.bias
         self.__dict__["_is_packed"] = self.packed_weight is not None
 
+    def finalize_dense_dropped(self) -> None:
+        """After the owner deleted a kept dense weight (tied embeddings moved onto the panels): the panels
+        must now serve every step size."""
+        assert self.weight is None and self.small_m_weight is not None and self.small_m_weight.dim() == 3
+        self.__dict__["_w"] = None
+
     @staticmethod
     def _small_m_weight(kernels, w: torch.Tensor) -> torch.Tensor | None:
         if w.device.type != "cpu" or w.dtype not in (torch.float32, torch.bfloat16, torch.float16):

@@ -9,6 +9,8 @@ otherwise cost a few milliseconds per decode step over 30 layers. No forward hoo
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -142,12 +144,25 @@ class CausalLM(nn.Module):
         for module in self.modules():
             if hasattr(module, "bind"):
                 module.bind()
-        self.__dict__.update(_layers=[layer.forward for layer in self.model.layers], _embed=self.model.embed_tokens
-                             .weight, _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward)
+        embed = self._tied_panel_embedding() or partial(F.embedding, weight=self.model.embed_tokens.weight)
+        self.__dict__.update(_layers=[layer.forward for layer in self.model.layers], _embed=embed,
+                             _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward)
+
+    def _tied_panel_embedding(self):
+        """Tied embeddings whose lm_head runs on bf16 panels: token rows are read from the panels, and the
+        dense [vocab, hidden] copy is dropped (57 MB for SmolLM2-135M). None when that does not apply."""
+        head = self.lm_head
+        if not self.args.tie_word_embeddings or head.small_m_weight is None or head.small_m_weight.dim() != 3:
+            return None
+        for module in (head, self.model.embed_tokens):
+            del module.weight
+            module.register_parameter("weight", None)
+        head.finalize_dense_dropped()
+        return partial(panel_rows, head.small_m_weight, width=head.in_features)
 
     def forward(self, input_ids: torch.Tensor, md: AttentionMetadata, kv_caches: list,
                 logits_rows: torch.Tensor | None) -> torch.Tensor:
-        x = F.embedding(input_ids, self._embed)
+        x = self._embed(input_ids)
         residual = None
         for layer, kv in zip(self._layers, kv_caches):
             x, residual = layer(x, residual, md, kv)
@@ -155,6 +170,14 @@ class CausalLM(nn.Module):
             x, residual = x.index_select(0, logits_rows), residual.index_select(0, logits_rows)
         x, _ = self._final_norm(x, residual)
         return _to_fp32(self._head(x))
+
+
+def panel_rows(panels: torch.Tensor, ids: torch.Tensor, width: int) -> torch.Tensor:
+    """Rows `ids` of a bf16 [N, width] weight packed in 16-row panels [ceil(N/16), ceil(width/2), 32], where
+    panel element [p, j, 2r + e] is weight[16p + r, 2j + e] (kernels.pack_linear_weight)."""
+    quad = panels.view(panels.shape[0], panels.shape[1], 16, 2)
+    rows = quad[torch.div(ids, 16, rounding_mode="floor"), :, ids % 16]      # [T, ceil(width/2), 2]
+    return rows.reshape(ids.shape[0], -1)[:, :width].contiguous()
 
 
 SERIAL_COPY = 32767   # elements below torch's parallel grain (32768): the copy stays on this thread

@@ -80,3 +80,24 @@ def test_packed_bf16_model_stays_close_to_transformers(tmp_path):
     want = hf_last_logits(hf, ids)
     assert (got - want).abs().max() < 0.05 * want.abs().max()
     assert int(got.argmax()) == int(want.argmax())
+
+
+def test_panel_rows_read_back_every_row_of_a_packed_weight():
+    import llmchat.kernels as K
+    from llmchat.engine.models.llama import panel_rows
+
+    for n, k in ((40, 64), (33, 70), (16, 576)):           # partial last panel, odd pair count padding
+        w = torch.randn(n, k).bfloat16()
+        ids = torch.tensor([0, n - 1, 17 % n, 5, 5, n // 2])
+        assert torch.equal(panel_rows(K.pack_linear_weight(w), ids, k), w[ids])
+
+
+def test_tied_bf16_model_keeps_one_copy_of_the_embedding(tmp_path):
+    folder = make_model(tmp_path, "llama", hidden_size=256, intermediate_size=512, tie_word_embeddings=True)
+    runner = make_runner(folder, "kernels", "bfloat16")
+    model = runner.model
+    if runner.kernels.packed_native():
+        assert model.lm_head.weight is None and model.model.embed_tokens.weight is None   # panels only
+    ids = prompt(20, 5)
+    dense = hf_model(folder).model.embed_tokens.weight.detach().bfloat16()
+    assert torch.equal(model._embed(torch.tensor(ids)), dense[torch.tensor(ids)])
