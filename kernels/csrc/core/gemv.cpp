@@ -6,6 +6,7 @@
 
 #include "../vec/vec.h"
 #include "dispatch.h"
+#include "dot_step.h"
 #include "gemv.h"
 
 namespace llmchat {
@@ -16,28 +17,16 @@ using vec::VecF;
 constexpr int kRows = 4;                             // weight rows per block (one reduce_add4)
 constexpr int kTok = vec::kRegVecs >= 32 ? 4 : 1;    // tokens per block: kRows*kTok accumulators in registers
 
-// Main-loop step: 32 bf16 per pair-dot, 16 elements per FMA for the other types.
-template <typename T> constexpr int64_t step() { return std::is_same_v<T, bf16_t> ? 32 : 16; }
-
-template <typename T>
-inline VecF dot_step(VecF acc, const T* w, const T* x) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    return vec::dot_bf16(acc, vec::VecB::load(w), vec::VecB::load(x));
-  } else {
-    return vec::fma(VecF::load(w), VecF::load(x), acc);
-  }
-}
-
 // out[t, r] for rows [n0, n0 + R) and tokens [m0, m0 + MT); R <= kRows, MT <= kTok.
 template <typename T, int R, int MT>
 void block(const LinearArgs& a, int64_t n0, int64_t m0) {
-  const int64_t K = a.k, kmain = K - K % step<T>();
+  const int64_t K = a.k, kmain = K - K % dot_step_elems<T>();
   const T* W = static_cast<const T*>(a.weight) + n0 * K;
   const T* X = static_cast<const T*>(a.x) + m0 * a.x_stride;
   VecF acc[R][MT];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < MT; ++t) acc[r][t] = VecF::zero();
-  for (int64_t k = 0; k < kmain; k += step<T>()) {
+  for (int64_t k = 0; k < kmain; k += dot_step_elems<T>()) {
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < MT; ++t) acc[r][t] = dot_step<T>(acc[r][t], W + r * K + k, X + t * a.x_stride + k);
   }

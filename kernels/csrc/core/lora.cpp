@@ -12,6 +12,7 @@
 
 #include "../vec/vec.h"
 #include "dispatch.h"
+#include "dot_step.h"
 #include "lora.h"
 
 namespace llmchat {
@@ -24,17 +25,6 @@ constexpr int kTok = vec::kRegVecs >= 32 ? 4 : 1;   // tokens per register block
 // Below this cost (see cost_of: ~16k weight elements at decode) a call runs on the calling thread: waking
 // the pool costs more than it saves.
 constexpr int64_t kParallelCost = 1 << 17;
-
-template <typename T> constexpr int64_t step() { return std::is_same_v<T, bf16_t> ? 32 : 16; }
-
-template <typename T>
-inline VecF dot_step(VecF acc, const T* w, const T* x) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    return vec::dot_bf16(acc, vec::VecB::load(w), vec::VecB::load(x));
-  } else {
-    return vec::fma(VecF::load(w), VecF::load(x), acc);
-  }
-}
 
 struct Segment {
   int64_t slot, start, end;
@@ -49,12 +39,12 @@ inline const int32_t* ranks_of(const LoraArgs& a, int64_t slot) { return a.rank_
 // h[t, r0 + r] for r < NR, tokens [t0, t0 + MT); A points at rank row r0 of the slot.
 template <typename T, int NR, int MT>
 void shrink_block(const LoraArgs& a, const T* A, int64_t r0, int64_t t0, int64_t first, float* h) {
-  const int64_t K = a.in, kmain = K - K % step<T>();
+  const int64_t K = a.in, kmain = K - K % dot_step_elems<T>();
   const T* X = static_cast<const T*>(a.x) + t0 * a.x_stride;
   VecF acc[NR][MT];
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < MT; ++t) acc[r][t] = VecF::zero();
-  for (int64_t k = 0; k < kmain; k += step<T>()) {
+  for (int64_t k = 0; k < kmain; k += dot_step_elems<T>()) {
     for (int r = 0; r < NR; ++r) {
       if (t0 == first) __builtin_prefetch(A + (NR + r) * K + k, 0, 1);  // the next rows: short streams
       for (int t = 0; t < MT; ++t) acc[r][t] = dot_step<T>(acc[r][t], A + r * K + k, X + t * a.x_stride + k);
