@@ -6,23 +6,11 @@
 #include <vector>
 
 #include "core/kernels.h"
+#include "driver_util.h"
 #include "reference/reference.h"
 
 using namespace llmchat;
-
-static uint64_t rng_state = 88172645463325252ull;
-static float uniform() {  // xorshift64 in [-1, 1)
-  rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-  return float((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
-
-template <typename T> std::vector<T> random_vec(size_t n, float scale = 1.f) {
-  std::vector<T> v(n);
-  for (auto& e : v) e = from_float<T>(uniform() * scale);
-  return v;
-}
-
-static int checks = 0, failures = 0;
+using namespace llmchat::test;
 
 template <typename T> void expect_close(const char* what, const std::vector<T>& got, const std::vector<T>& want, float tol) {
   ++checks;
@@ -38,18 +26,7 @@ template <typename T> void expect_close(const char* what, const std::vector<T>& 
   }
 }
 
-// Runs chunks one after another but reports several threads, so the core plans splits and merges.
-static Runtime fake_threads(int n) {
-  Runtime rt = serial_runtime();
-  rt.num_threads = n;
-  rt.parallel_for = [](int64_t total, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    for (int64_t b = 0; b < total; b += std::max<int64_t>(grain, 1)) fn(b, std::min(total, b + std::max<int64_t>(grain, 1)));
-  };
-  return rt;
-}
-
 template <typename T> float tol() { return sizeof(T) == 4 ? 2e-5f : (std::is_same_v<T, bf16_t> ? 1.6e-2f : 2e-3f); }
-template <typename T> DType dtype_of() { return sizeof(T) == 4 ? DType::F32 : (std::is_same_v<T, bf16_t> ? DType::BF16 : DType::F16); }
 
 template <typename T>
 void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, int>> seqs, int window, const Runtime& rt) {
@@ -91,7 +68,7 @@ void check_small_ops() {
   expect_close("rms_norm", out, want, tol<T>());
 
   auto x2 = x, r2 = r;
-  fused_add_rms_norm(dtype_of<T>(), x.data(), H, r.data(), H, w.data(), n, H, 1e-6f, fake_threads(2));
+  fused_add_rms_norm(dtype_of<T>(), x.data(), H, r.data(), H, w.data(), n, H, 1e-6f, chunked(2));
   reference::fused_add_rms_norm<T>(x2.data(), H, r2.data(), H, w.data(), n, H, 1e-6f);
   expect_close("fused_add_rms_norm residual", r, r2, 0.f);
   expect_close("fused_add_rms_norm x", x, x2, tol<T>());
@@ -144,7 +121,7 @@ void check_cache_ops() {
   std::vector<int64_t> map{0, 3, 5, 1};
   void *k1[] = {kc.data()}, *v1[] = {vc.data()}, *k2[] = {kc2.data()}, *v2[] = {vc2.data()};
   const int64_t block_bytes = int64_t(hkv) * bs * D * sizeof(T);
-  copy_blocks(k1, v1, 1, block_bytes, map.data(), 2, fake_threads(2));
+  copy_blocks(k1, v1, 1, block_bytes, map.data(), 2, chunked(2));
   reference::copy_blocks(k2, v2, 1, block_bytes, map.data(), 2);
   expect_close("copy_blocks k", kc, kc2, 0.f);
   expect_close("copy_blocks v", vc, vc2, 0.f);
@@ -152,7 +129,7 @@ void check_cache_ops() {
 
 template <typename T>
 void check_all() {
-  const Runtime one = serial_runtime(), four = fake_threads(4);
+  const Runtime one = serial_runtime(), four = chunked(4);
   for (int D : {16, 48, 64, 80, 96, 128, 256})
     check_attention<T>(8, 2, D, 16, {{1, 37}, {20, 20}, {6, 45}, {1, 1}}, -1, one);
   for (auto [hq, hkv] : std::vector<std::pair<int, int>>{{4, 4}, {8, 1}, {9, 3}, {16, 2}})
@@ -165,6 +142,7 @@ void check_all() {
 }
 
 int main() {
+  rng_state = 88172645463325252ull;
   std::printf("isa=%s\n", isa_name());
   check_all<float>();
   check_all<bf16_t>();

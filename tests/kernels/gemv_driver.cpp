@@ -7,31 +7,10 @@
 #include <vector>
 
 #include "core/gemv.h"
+#include "driver_util.h"
 
 using namespace llmchat;
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static float uniform() {
-  rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-  return float((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
-template <typename T> std::vector<T> random_vec(size_t n) {
-  std::vector<T> v(n);
-  for (auto& e : v) e = from_float<T>(uniform());
-  return v;
-}
-template <typename T> DType dtype_of() { return sizeof(T) == 4 ? DType::F32 : (std::is_same_v<T, bf16_t> ? DType::BF16 : DType::F16); }
-
-static int checks = 0, failures = 0;
-
-static Runtime chunked(int threads) {  // serial, but split like a pool of `threads`
-  Runtime rt = serial_runtime();
-  rt.num_threads = threads;
-  rt.parallel_for = [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    for (int64_t b = 0; b < n; b += std::max<int64_t>(grain, 1)) fn(b, std::min(n, b + std::max<int64_t>(grain, 1)));
-  };
-  return rt;
-}
+using namespace llmchat::test;
 
 // Same layout as kernels/linear.py: pack_linear_weight.
 static std::vector<bf16_t> pack(const std::vector<bf16_t>& w, int64_t n, int64_t k) {

@@ -7,35 +7,11 @@
 #include <vector>
 
 #include "core/lora.h"
+#include "driver_util.h"
 #include "reference/reference.h"
 
 using namespace llmchat;
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t next_u64() {
-  rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-  return rng_state;
-}
-static float uniform() { return float((next_u64() >> 40) & 0xffffff) / 8388608.0f - 1.0f; }
-static int64_t pick(int64_t n) { return int64_t(next_u64() % uint64_t(n)); }
-
-template <typename T> std::vector<T> random_vec(size_t n) {
-  std::vector<T> v(n);
-  for (auto& e : v) e = from_float<T>(uniform());
-  return v;
-}
-template <typename T> DType dtype_of() { return sizeof(T) == 4 ? DType::F32 : (std::is_same_v<T, bf16_t> ? DType::BF16 : DType::F16); }
-
-static int checks = 0, failures = 0;
-
-static Runtime chunked(int threads) {  // serial, but split like a pool of `threads`
-  Runtime rt = serial_runtime();
-  rt.num_threads = threads;
-  rt.parallel_for = [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    for (int64_t b = 0; b < n; b += std::max<int64_t>(grain, 1)) fn(b, std::min(n, b + std::max<int64_t>(grain, 1)));
-  };
-  return rt;
-}
+using namespace llmchat::test;
 
 // slices: output widths; max_rank: per-slice rank drawn in [0, max_rank] (0 = untargeted); slot 0 has none.
 template <typename T>
@@ -98,6 +74,7 @@ void check(int64_t in, std::vector<int32_t> slices, int64_t slots, int64_t max_r
 }
 
 int main() {
+  rng_state = 0x2545f4914f6cdd1dull;
   const std::vector<std::vector<int32_t>> slice_sets = {{48}, {48, 16, 16}, {33, 5, 70}, {64, 64}, {1, 130}, {100, 28, 28}};
   for (int64_t in : {7, 32, 100, 576})
     for (const auto& slices : slice_sets)
