@@ -3,6 +3,7 @@ greedy reference the engine must match token for token."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -45,3 +46,16 @@ def edit_config(adapter_dir: Path, **changes) -> None:
     config = json.loads(path.read_text())
     config.update(changes)
     path.write_text(json.dumps(config))
+
+
+@dataclass
+class StepSeq:
+    """The one field of a sequence LoraManager.set_step / group_chunks read."""
+    adapter_slot: int
+
+
+@dataclass
+class StepChunk:
+    """A scheduled chunk as the LoRA manager sees it: its sequence and how many tokens it adds."""
+    seq: StepSeq
+    num_new_tokens: int = 1

@@ -3,25 +3,12 @@ gives the fp32 torch path's outputs up to bf16 weight rounding, on every hooked 
 the same batch are untouched."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import torch
-from lora_helpers import make_adapter
+from lora_helpers import StepChunk, StepSeq, make_adapter
 
 from llmchat.engine import LLM
 from llmchat.engine.lora import manager as manager_module
-
-
-@dataclass
-class _Seq:
-    adapter_slot: int
-
-
-@dataclass
-class _Chunk:
-    seq: _Seq
-    num_new_tokens: int
 
 
 def projection_outputs(model, adapter, fused: bool, monkeypatch) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -36,9 +23,9 @@ def projection_outputs(model, adapter, fused: bool, monkeypatch) -> tuple[list[t
     g = torch.Generator().manual_seed(0)
     inputs = [torch.randn(4, layer.in_features, generator=g).bfloat16() for layer in lora.layers]
     with torch.inference_mode():
-        lora.set_step([_Chunk(_Seq(-1), 1), _Chunk(_Seq(slot), 3)])
+        lora.set_step([StepChunk(StepSeq(-1), 1), StepChunk(StepSeq(slot), 3)])
         with_lora = [layer(x) for layer, x in zip(lora.layers, inputs)]
-        lora.set_step([_Chunk(_Seq(-1), 4)])
+        lora.set_step([StepChunk(StepSeq(-1), 4)])
         base = [layer(x) for layer, x in zip(lora.layers, inputs)]
     return with_lora, base
 

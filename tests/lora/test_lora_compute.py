@@ -4,10 +4,10 @@ on weights stored in the model's dtype)."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 import pytest
 import torch
+from lora_helpers import StepChunk, StepSeq
 
 import llmchat.kernels as K
 from llmchat.engine.lora.compute import build_site_weights, segments_from_runs, uniform_groups
@@ -151,20 +151,9 @@ def test_untargeted_projection_has_no_weights():
     assert build_site_weights([None, None]) is None
 
 
-@dataclass
-class _Seq:
-    adapter_slot: int
-
-
-@dataclass
-class _Chunk:
-    seq: _Seq
-    num_new_tokens: int = 1
-
-
 def test_group_chunks_makes_adapters_contiguous_and_restores_row_order():
     slots = [2, -1, 0, 2, -1, 0, 1]
-    chunks = [_Chunk(_Seq(s)) for s in slots]
+    chunks = [StepChunk(StepSeq(s)) for s in slots]
     grouped, restore = LoraManager.group_chunks(chunks)
     assert [c.seq.adapter_slot for c in grouped] == sorted(slots)
     rows = torch.tensor([[float(c.seq.adapter_slot), float(i)] for i, c in enumerate(grouped)])
@@ -173,6 +162,6 @@ def test_group_chunks_makes_adapters_contiguous_and_restores_row_order():
 
 
 def test_group_chunks_keeps_sorted_batches_untouched():
-    chunks = [_Chunk(_Seq(s)) for s in (-1, -1, 0, 3)]
+    chunks = [StepChunk(StepSeq(s)) for s in (-1, -1, 0, 3)]
     grouped, restore = LoraManager.group_chunks(chunks)
     assert grouped is chunks and restore is None
