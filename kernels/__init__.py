@@ -5,7 +5,7 @@ Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are 
 `available()` tells whether the extension was built and loaded; `isa()` which vector path it runs.
 """
 from ._loader import available, isa, load_error
-from .linear import linear_small_m, pack_linear_weight, packed_native
+from .linear import linear_small_m, pack_linear_weight, packed_native, packed_rows
 from .lora import lora_apply, pack_lora_b
 from .ops import (
     copy_blocks,
@@ -36,6 +36,7 @@ __all__ = [
     "pack_lora_b",
     "pack_linear_weight",
     "packed_native",
+    "packed_rows",
     "paged_attention",
     "rms_norm",
     "rotary_embedding",

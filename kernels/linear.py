@@ -54,5 +54,13 @@ def pack_linear_weight(weight: torch.Tensor) -> torch.Tensor:
     return panels.permute(0, 2, 1, 3).contiguous().view(panels.shape[0], panels.shape[2], 2 * PANEL)
 
 
+def packed_rows(panels: torch.Tensor, ids: torch.Tensor, width: int) -> torch.Tensor:
+    """Rows `ids` of the bf16 [N, width] weight that pack_linear_weight packed into `panels` (exact): lets a
+    tied embedding read its token rows from the lm_head's panels instead of keeping a dense copy."""
+    quad = panels.view(panels.shape[0], panels.shape[1], PANEL, 2)           # [p, j, r, e]
+    rows = quad[torch.div(ids, PANEL, rounding_mode="floor"), :, ids % PANEL]  # [T, ceil(width/2), 2]
+    return rows.reshape(ids.shape[0], -1)[:, :width].contiguous()
+
+
 def register_fake() -> None:
     torch.library.register_fake("llmchat::linear_small_m", lambda *args, **kwargs: None)

@@ -158,7 +158,7 @@ class CausalLM(nn.Module):
             del module.weight
             module.register_parameter("weight", None)
         head.finalize_dense_dropped()
-        return partial(panel_rows, head.small_m_weight, width=head.in_features)
+        return partial(self._kernels.packed_rows, head.small_m_weight, width=head.in_features)
 
     def forward(self, input_ids: torch.Tensor, md: AttentionMetadata, kv_caches: list,
                 logits_rows: torch.Tensor | None) -> torch.Tensor:
@@ -170,14 +170,6 @@ class CausalLM(nn.Module):
             x, residual = x.index_select(0, logits_rows), residual.index_select(0, logits_rows)
         x, _ = self._final_norm(x, residual)
         return _to_fp32(self._head(x))
-
-
-def panel_rows(panels: torch.Tensor, ids: torch.Tensor, width: int) -> torch.Tensor:
-    """Rows `ids` of a bf16 [N, width] weight packed in 16-row panels [ceil(N/16), ceil(width/2), 32], where
-    panel element [p, j, 2r + e] is weight[16p + r, 2j + e] (kernels.pack_linear_weight)."""
-    quad = panels.view(panels.shape[0], panels.shape[1], 16, 2)
-    rows = quad[torch.div(ids, 16, rounding_mode="floor"), :, ids % 16]      # [T, ceil(width/2), 2]
-    return rows.reshape(ids.shape[0], -1)[:, :width].contiguous()
 
 
 SERIAL_COPY = 32767   # elements below torch's parallel grain (32768): the copy stays on this thread

@@ -84,12 +84,11 @@ def test_packed_bf16_model_stays_close_to_transformers(tmp_path):
 
 def test_panel_rows_read_back_every_row_of_a_packed_weight():
     import llmchat.kernels as K
-    from llmchat.engine.models.llama import panel_rows
 
     for n, k in ((40, 64), (33, 70), (16, 576)):           # partial last panel, odd pair count padding
         w = torch.randn(n, k).bfloat16()
         ids = torch.tensor([0, n - 1, 17 % n, 5, 5, n // 2])
-        assert torch.equal(panel_rows(K.pack_linear_weight(w), ids, k), w[ids])
+        assert torch.equal(K.packed_rows(K.pack_linear_weight(w), ids, k), w[ids])
 
 
 def test_tied_bf16_model_keeps_one_copy_of_the_embedding(tmp_path):
