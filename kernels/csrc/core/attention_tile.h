@@ -127,7 +127,7 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
     if (key >= t.kv_end) return Prefetch{};
     n = std::min({n, t.kv_end - key, bs - key % bs});
     const char* p = reinterpret_cast<const char*>(cache + block_base(key));
-    return Prefetch{p, p + int64_t(n) * D * sizeof(T), int(D * sizeof(T) / 64)};
+    return Prefetch{p, p + int64_t(n) * D * sizeof(T), std::max(1, int(D * sizeof(T) / 64))};
   };
   // The first chunk has nothing to hide behind: request all of it at once.
   for (int kb = t.kv_begin; kb < std::min(t.kv_end, t.kv_begin + chunk_keys);) {
