@@ -7,11 +7,15 @@
 Every decode run reads K/V blocks that are not in the last-level cache (the pool is rotated), so the
 GB/s figure is a DRAM figure. Each figure is the best of several runs (kernel, SDPA and the bandwidth
 probe alike): on a shared machine that is the least disturbed run. Compare figures from one run, as ratios.
+The share of bandwidth is taken in pairs: a kernel measurement and a read-probe pass back to back, a few
+pairs per row, and the median pair is reported. The bandwidth a shared VM gives drifts from one minute
+to the next (28-48 GB/s seen here); a pair sees the same moment.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 
@@ -41,6 +45,22 @@ def memory_bandwidth(mbytes: int = 512, reps: int = 10) -> dict:
     read = _best_seconds(lambda: x.sum(), reps)
     copy = _best_seconds(lambda: y.copy_(x), reps)
     return {"read_gbps": nbytes / read / 1e9, "copy_gbps": 2 * nbytes / copy / 1e9}
+
+
+class ReadProbe:
+    """Sequential read bandwidth: one timed sum over a large fp32 tensor per call (allocated once)."""
+
+    def __init__(self, mbytes: int = POOL_MB):
+        self.x = torch.ones(mbytes << 18)
+        self.x.sum()  # page faults and thread start outside the timing
+
+    def __call__(self, passes: int = 2) -> float:
+        best = float("inf")
+        for _ in range(passes):
+            t0 = time.perf_counter()
+            self.x.sum()
+            best = min(best, time.perf_counter() - t0)
+        return self.x.numel() * 4 / best / 1e9
 
 
 class _Pool:
@@ -73,7 +93,9 @@ def _gather(cache: torch.Tensor, table: torch.Tensor, ctx: int) -> torch.Tensor:
 
 
 def decode_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int = 16, batch: int = 1,
-                reps: int = 20, pool_mb: int = POOL_MB) -> dict:
+                reps: int = 20, pool_mb: int = POOL_MB, probe: ReadProbe | None = None, pairs: int = 5) -> dict:
+    """Decode attention over a cold paged pool; with a probe, also its share of read bandwidth, as the
+    median of `pairs` (kernel, probe) measurements taken back to back."""
     import llmchat.kernels as K
 
     pool = _Pool(ctx, batch, hkv, d, bs, dtype, pool_mb)
@@ -82,12 +104,20 @@ def decode_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int
     qsl = torch.arange(batch + 1, dtype=torch.int32)
     out = torch.empty_like(q)
     scale = d ** -0.5
+    kv_bytes = 2 * batch * ctx * hkv * d * q.element_size()
+
     def attend():
         K.paged_attention(q, pool.key, pool.value, pool.table(), seq_lens, qsl, scale, out=out)
 
     for _ in range(pool.runs):  # one pass over the whole pool first: page-table and huge-page settling
         attend()
-    kernel = _best_seconds(attend, reps)
+    kernel, shares, probed = float("inf"), [], []
+    for _ in range(pairs if probe else 1):
+        seconds = _best_seconds(attend, max(1, reps // pairs) if probe else reps)
+        kernel = min(kernel, seconds)
+        if probe:
+            probed.append(probe())
+            shares.append(kv_bytes / seconds / 1e9 / probed[-1])
 
     def sdpa():
         table = pool.table()
@@ -98,10 +128,13 @@ def decode_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int
                                                              enable_gqa=True)
 
     torch_s = _best_seconds(sdpa, max(3, reps // 4))
-    kv_bytes = 2 * batch * ctx * hkv * d * q.element_size()
-    return {"context": ctx, "batch": batch, "huge_pages": pool.huge_pages, "heads": f"{hq}/{hkv}x{d}", "dtype": str(dtype).replace("torch.", ""),
-            "kernel_ms": kernel * 1e3, "kv_gbps": kv_bytes / kernel / 1e9, "sdpa_gather_ms": torch_s * 1e3,
-            "speedup_vs_sdpa": torch_s / kernel}
+    row = {"context": ctx, "batch": batch, "huge_pages": pool.huge_pages, "heads": f"{hq}/{hkv}x{d}",
+           "dtype": str(dtype).replace("torch.", ""), "kernel_ms": kernel * 1e3, "kv_gbps": kv_bytes / kernel / 1e9,
+           "sdpa_gather_ms": torch_s * 1e3, "speedup_vs_sdpa": torch_s / kernel}
+    if probe:
+        row.update(read_gbps_nearby=statistics.median(probed), pct_of_read_bw=100 * statistics.median(shares),
+                   pct_of_read_bw_pairs=[round(100 * x, 1) for x in shares])
+    return row
 
 
 def prefill_case(length: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int = 16, reps: int = 3) -> dict:
@@ -134,36 +167,32 @@ def run(contexts=(1024, 4096, 8192, 16384), prefill_lengths=(512, 2048), dtype: 
     dt = DTYPES[dtype]
     hq, hkv, d = heads
     bw = memory_bandwidth(pool_mb)
-    decode = []
-    for c in contexts:
-        # Bandwidth probed right next to each case: on a shared machine the available bandwidth drifts.
-        row = decode_case(c, hq, hkv, d, dt, reps=reps, pool_mb=pool_mb)
-        row["read_gbps_nearby"] = memory_bandwidth(pool_mb, reps=3)["read_gbps"]
-        row["pct_of_read_bw"] = 100 * row["kv_gbps"] / row["read_gbps_nearby"]
-        decode.append(row)
+    probe = ReadProbe(pool_mb)
+    decode = [decode_case(c, hq, hkv, d, dt, reps=reps, pool_mb=pool_mb, probe=probe) for c in contexts]
+    one_core = one_core_case(contexts[-1], hq, hkv, d, dt, reps, pool_mb, probe)
+    del probe
     prefill = [prefill_case(n, hq, hkv, d, dt) for n in prefill_lengths]
     return {"isa": K.isa(), "threads": torch.get_num_threads(), "bandwidth": bw, "decode": decode,
-            "one_core": one_core_case(contexts[-1], hq, hkv, d, dt, reps, pool_mb), "prefill": prefill}
+            "one_core": one_core, "prefill": prefill}
 
 
-def one_core_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, reps: int, pool_mb: int) -> dict:
+def one_core_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, reps: int, pool_mb: int,
+                  probe: ReadProbe) -> dict:
     """Decode attention and read bandwidth on one thread: how close one core's stream comes to its own limit."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        row = decode_case(ctx, hq, hkv, d, dtype, reps=reps, pool_mb=pool_mb)
-        row["read_gbps_nearby"] = memory_bandwidth(pool_mb, reps=3)["read_gbps"]
+        return decode_case(ctx, hq, hkv, d, dtype, reps=reps, pool_mb=pool_mb, probe=probe)
     finally:
         torch.set_num_threads(threads)
-    row["pct_of_read_bw"] = 100 * row["kv_gbps"] / row["read_gbps_nearby"]
-    return row
 
 
 def format_report(r: dict) -> str:
     bw = r["bandwidth"]
     lines = [f"llmchat kernels: isa={r['isa']} threads={r['threads']}",
              f"memory bandwidth: read {bw['read_gbps']:.1f} GB/s, copy {bw['copy_gbps']:.1f} GB/s",
-             "decode attention (1 query token, paged KV, cold cache):",
+             "decode attention (1 query token, paged KV, cold cache; '% of it': median of 5 kernel/probe pairs "
+             "taken back to back):",
              f"  {'context':>7} {'heads':>10} {'dtype':>8} {'ms':>8} {'KV GB/s':>8} {'read GB/s':>9} {'% of it':>7} "
              f"{'SDPA+gather ms':>14} {'speedup':>7}"]
     for x in r["decode"]:

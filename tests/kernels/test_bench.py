@@ -15,6 +15,9 @@ def test_bench_json_has_all_figures(capsys):
     assert [row["context"] for row in report["decode"]] == [64, 300]
     for row in report["decode"]:
         assert row["kv_gbps"] > 0 and row["speedup_vs_sdpa"] > 0 and row["pct_of_read_bw"] > 0
+        # the share of bandwidth is the median of back-to-back (kernel, probe) pairs
+        pairs = row["pct_of_read_bw_pairs"]
+        assert len(pairs) == 5 and sorted(pairs)[2] == round(row["pct_of_read_bw"], 1)
     assert report["prefill"][0]["length"] == 48 and report["prefill"][0]["gflops"] > 0
     assert report["one_core"]["context"] == 300 and report["one_core"]["kv_gbps"] > 0
 
