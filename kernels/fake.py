@@ -16,6 +16,7 @@ _MUTATING_OPS = (
     "rotary_embedding",
     "silu_and_mul",
     "lora_apply",
+    "decoder_stack",
 )
 
 

@@ -186,3 +186,7 @@ class LoraManager:
         elif segments:
             self.segment_tensor = torch.tensor(segments, dtype=torch.int32)
         self.segments = segments
+
+    def in_step(self) -> bool:
+        """Whether some token of the step set last uses an adapter."""
+        return bool(self.segments)

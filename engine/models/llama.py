@@ -20,6 +20,7 @@ from ..layers.linear import Linear
 from ..layers.norm import RMSNorm
 from ..layers.rotary import cos_sin_cache
 from .args import ModelArgs
+from .decoder_stack import DecoderStack
 
 # checkpoint projection -> (fused engine projection, slice index)
 STACKED_PARAMS = {
@@ -119,7 +120,9 @@ class DecoderModel(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """forward(input_ids, md, kv_caches, logits_rows) -> fp32 logits of the selected rows only."""
+    """forward(input_ids, md, kv_caches, logits_rows) -> fp32 logits of the selected rows only.
+
+    The decoder layers run in one C++ call (models/decoder_stack.py) where the model allows it."""
 
     def __init__(self, args: ModelArgs, ops, kernels) -> None:
         super().__init__()
@@ -146,7 +149,8 @@ class CausalLM(nn.Module):
                 module.bind()
         embed = self._tied_panel_embedding() or partial(F.embedding, weight=self.model.embed_tokens.weight)
         self.__dict__.update(_layers=[layer.forward for layer in self.model.layers], _embed=embed,
-                             _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward)
+                             _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward,
+                             _stack=DecoderStack.build(self, list(self.model.layers), self._kernels))
 
     def _tied_panel_embedding(self):
         """Tied embeddings whose lm_head runs on bf16 panels: token rows are read from the panels, and the
@@ -161,11 +165,15 @@ class CausalLM(nn.Module):
         return partial(self._kernels.packed_rows, head.small_m_weight, width=head.in_features)
 
     def forward(self, input_ids: torch.Tensor, md: AttentionMetadata, kv_caches: list,
-                logits_rows: torch.Tensor | None) -> torch.Tensor:
+                logits_rows: torch.Tensor | None, lora_in_step: bool = False) -> torch.Tensor:
+        """lora_in_step: some token of this step uses an adapter (only the Python layers apply LoRA)."""
         x = self._embed(input_ids)
-        residual = None
-        for layer, kv in zip(self._layers, kv_caches):
-            x, residual = layer(x, residual, md, kv)
+        if self._stack is not None and self._stack.runs(x.shape[0], lora_in_step):
+            x, residual = self._stack(x, md, kv_caches)
+        else:
+            residual = None
+            for layer, kv in zip(self._layers, kv_caches):
+                x, residual = layer(x, residual, md, kv)
         if logits_rows is not None:  # only the last token of each chunk needs logits
             x, residual = x.index_select(0, logits_rows), residual.index_select(0, logits_rows)
         x, _ = self._final_norm(x, residual)

@@ -27,6 +27,7 @@ def cases():
         "rotary_embedding": (torch.tensor([0, 5, 9]), rot_q, rot_k, torch.randn(16, 32), 32, True),
         "silu_and_mul": (torch.randn(3, 64), torch.empty(3, 32)),
         "lora_apply": lora_args(),
+        "decoder_stack": decoder_stack_args(),
     }
 
 
@@ -36,6 +37,16 @@ def lora_args():
     b, slice_ranks = llmchat.kernels.pack_lora_b(torch.randn(2, 8, 80), rank_offsets, slice_offsets)
     return (torch.randn(5, 32), torch.randn(5, 80), torch.randn(2, 8, 32), b, rank_offsets, slice_offsets, slice_ranks,
             torch.tensor([[0, 0, 2], [1, 3, 5]], dtype=torch.int32))
+
+
+def decoder_stack_args():
+    H, D, hq, hkv, inter = 32, 16, 2, 1, 48  # one layer, plain fp32 weights, no biases
+    weights = [torch.randn(H), torch.randn(H), torch.randn((hq + 2 * hkv) * D, H), torch.randn(H, hq * D),
+               torch.randn(2 * inter, H), torch.randn(H, inter)] + [torch.empty(0)] * 4
+    kc = torch.zeros(4, hkv, 8, D)
+    return (torch.randn(3, H), torch.empty(3, H), weights, [-1], [kc], [kc.clone()], torch.tensor([0, 1, 2]),
+            torch.tensor([8, 9, 10]), torch.tensor([[1, 0]], dtype=torch.int32), torch.tensor([3], dtype=torch.int32),
+            torch.tensor([0, 3], dtype=torch.int32), torch.randn(16, 16), hq, D, inter, 1e-6, 0.25)
 
 
 @pytest.mark.parametrize("name", list(cases()))

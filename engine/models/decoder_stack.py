@@ -1,0 +1,68 @@
+"""Every decoder layer in one C++ call (kernels' decoder_stack), when the model allows it.
+
+The op runs the same core kernels in the same order on the same buffers as DecoderLayer.forward, so its
+output is bit for bit the Python path's; it saves the Python round trip and the input checks of each op of
+each layer (~120 op calls per decode step for a 30-layer model). The Python layers stay the oracle and
+the path for what the op does not cover: the torch backends, qk-norm (Qwen3), a step with LoRA tokens,
+and, for weights without bf16 panels, steps larger than the small-M linear takes.
+LLMCHAT_DECODER_STACK=0 turns it off (A/B benchmarks).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..attention import AttentionMetadata, KernelAttention
+
+
+class DecoderStack:
+    def __init__(self, model, layers) -> None:
+        args = model.args
+        self.weights: list[torch.Tensor] = []
+        self.windows: list[int] = []
+        first = layers[0].self_attn
+        no_bias = torch.empty(0, dtype=first.qkv_proj.small_m_weight.dtype)
+        limits = []
+        for layer in layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+            self.weights += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
+            self.weights += [p.small_m_weight for p in projections]
+            self.weights += [p.bias if p.bias is not None else no_bias for p in projections]
+            self.windows.append(attn.attn.window)
+            limits += [p._small_max for p in projections]
+        self.max_tokens = min(limits)   # bf16 panels: every step size; plain weights: the small-M range
+        self.rotary = first.rotary_cache
+        self.num_heads, self.head_dim, self.intermediate = args.num_heads, args.head_dim, args.intermediate_size
+        self.eps, self.scale = float(layers[0].input_layernorm.eps), float(first.attn.scale)
+        self.op = torch.ops.llmchat.decoder_stack.default
+
+    @staticmethod
+    def build(model, layers, kernels) -> DecoderStack | None:
+        """The stack for this model, or None where the Python layers must run."""
+        if kernels is None or os.environ.get("LLMCHAT_DECODER_STACK", "1") == "0" or model.args.qk_norm:
+            return None
+        for layer in layers:
+            projections = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
+                           layer.mlp.down_proj)
+            if not isinstance(layer.self_attn.attn, KernelAttention):
+                return None
+            if any(p.small_m_weight is None or p._small_max < 1 for p in projections):
+                return None
+            if len({p.small_m_weight.dim() for p in projections}) != 1:
+                return None
+        if len({layer.input_layernorm.eps for layer in layers} | {layer.post_attention_layernorm.eps for layer in layers}) != 1:
+            return None
+        return DecoderStack(model, layers)
+
+    def runs(self, num_tokens: int, lora_in_step: bool) -> bool:
+        return not lora_in_step and 0 < num_tokens <= self.max_tokens
+
+    def __call__(self, x: torch.Tensor, md: AttentionMetadata, kv_caches: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: the embeddings [T, hidden] (overwritten) -> (last layer's output, residual stream)."""
+        residual = torch.empty_like(x)
+        self.op(x, residual, self.weights, self.windows, [k for k, _ in kv_caches], [v for _, v in kv_caches],
+                md.positions, md.slot_mapping, md.block_tables, md.seq_lens, md.query_start_loc, self.rotary,
+                self.num_heads, self.head_dim, self.intermediate, self.eps, self.scale)
+        return x, residual

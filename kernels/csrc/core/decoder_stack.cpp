@@ -1,0 +1,69 @@
+// One pass over the decoder layers; see decoder_stack.h. Per layer, as DecoderLayer.forward does it:
+// norm (fused with the residual add after layer 0), qkv, rotary, KV write, attention, o, add + norm,
+// gate_up, SiLU * up, down.
+#include "decoder_stack.h"
+
+#include <cstring>
+
+namespace llmchat {
+
+void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
+  const int64_t T = a.num_tokens, H = a.hidden, I = a.intermediate, D = a.head_size;
+  if (T == 0) return;
+  const int64_t q_size = a.num_q_heads * D, kv_size = a.num_kv_heads * D, qkv_width = q_size + 2 * kv_size;
+  const int64_t es = dtype_size(a.dtype);
+  auto at = [es](void* base, int64_t elements) { return static_cast<char*>(base) + elements * es; };
+  auto linear = [&](const void* x, int64_t k, const void* w, const void* bias, void* out, int64_t n) {
+    LinearArgs l;
+    l.dtype = a.dtype, l.x = x, l.x_stride = k, l.weight = w, l.packed = a.packed, l.bias = bias;
+    l.out = out, l.out_stride = n, l.m = T, l.n = n, l.k = k;
+    linear_small_m(l, rt);
+  };
+
+  RotaryArgs rope;  // q and k stay views into the qkv rows
+  rope.dtype = a.dtype, rope.positions = a.positions;
+  rope.query = a.qkv, rope.q_stride_token = qkv_width, rope.q_stride_head = D;
+  rope.key = at(a.qkv, q_size), rope.k_stride_token = qkv_width, rope.k_stride_head = D;
+  rope.cos_sin_cache = a.cos_sin_cache, rope.num_tokens = T;
+  rope.num_q_heads = a.num_q_heads, rope.num_kv_heads = a.num_kv_heads, rope.head_size = a.head_size;
+  rope.rot_dim = a.rot_dim, rope.is_neox = true;
+
+  WriteKvArgs kv;
+  kv.elem_size = int(es);
+  kv.key = rope.key, kv.k_stride_token = qkv_width, kv.k_stride_head = D;
+  kv.value = at(a.qkv, q_size + kv_size), kv.v_stride_token = qkv_width, kv.v_stride_head = D;
+  kv.slot_mapping = a.slot_mapping, kv.num_tokens = T;
+  kv.num_kv_heads = a.num_kv_heads, kv.head_size = a.head_size, kv.block_size = a.block_size;
+
+  PagedAttentionArgs pa;
+  pa.dtype = a.dtype;
+  pa.query = a.qkv, pa.q_stride_token = qkv_width, pa.q_stride_head = D;
+  pa.out = a.attn, pa.o_stride_token = q_size, pa.o_stride_head = D;
+  pa.block_tables = a.block_tables, pa.bt_stride = a.bt_stride;
+  pa.seq_lens = a.seq_lens, pa.query_start_loc = a.query_start_loc, pa.num_seqs = a.num_seqs;
+  pa.num_q_heads = a.num_q_heads, pa.num_kv_heads = a.num_kv_heads, pa.head_size = a.head_size;
+  pa.block_size = a.block_size, pa.scale = a.scale;
+
+  for (size_t i = 0; i < a.layers.size(); ++i) {
+    const DecoderLayerWeights& w = a.layers[i];
+    if (i == 0) {  // the embeddings become the residual stream; x their norm
+      std::memcpy(a.residual, a.x, size_t(T * H * es));
+      rms_norm(a.dtype, a.residual, H, w.input_norm, a.x, H, T, H, a.eps, rt);
+    } else {
+      fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.input_norm, T, H, a.eps, rt);
+    }
+    linear(a.x, H, w.qkv, w.qkv_bias, a.qkv, qkv_width);
+    rotary_embedding(rope, rt);
+    kv.key_cache = w.key_cache, kv.value_cache = w.value_cache;
+    write_kv_cache(kv, rt);
+    pa.key_cache = w.key_cache, pa.value_cache = w.value_cache, pa.sliding_window = w.sliding_window;
+    paged_attention(pa, rt);
+    linear(a.attn, q_size, w.o, w.o_bias, a.x, H);
+    fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.post_norm, T, H, a.eps, rt);
+    linear(a.x, H, w.gate_up, w.gate_up_bias, a.gate_up, 2 * I);
+    silu_and_mul(a.dtype, a.gate_up, 2 * I, a.act, I, T, I, rt);
+    linear(a.act, I, w.down, w.down_bias, a.x, H);
+  }
+}
+
+}  // namespace llmchat
