@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from llmchat.kernels.memory import huge_page_zeros
+
 from .attention import AttentionMetadata
 from .config import EngineConfig
 from .layers.ops import select_ops
@@ -83,10 +85,11 @@ class ModelRunner:
         return 2 * a.num_layers * a.num_kv_heads * self.block_size * a.head_dim * self.dtype.itemsize
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
-        """One zeroed tensor [layers, 2, num_blocks, Hkv, block_size, D]; per-layer K and V are views."""
+        """One zeroed tensor [layers, 2, num_blocks, Hkv, block_size, D] in huge-page backed memory (see
+        kernels/memory.py); per-layer K and V are views."""
         a = self.args
-        cache = torch.zeros(a.num_layers, 2, num_blocks, a.num_kv_heads, self.block_size, a.head_dim,
-                            dtype=self.dtype)
+        cache = huge_page_zeros((a.num_layers, 2, num_blocks, a.num_kv_heads, self.block_size, a.head_dim),
+                                self.dtype)
         self.key_caches = [cache[i, 0] for i in range(a.num_layers)]
         self.value_caches = [cache[i, 1] for i in range(a.num_layers)]
         self.num_blocks = num_blocks

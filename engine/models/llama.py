@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmchat.kernels.memory import pack_into_huge_pages
+
 from ..attention import AttentionMetadata, make_attention
 from ..layers.linear import Linear
 from ..layers.norm import RMSNorm
@@ -144,6 +146,7 @@ class CausalLM(nn.Module):
                                 kernels=self._kernels)
             elif isinstance(module, RMSNorm):
                 module.finalize()
+        self._panels_in_huge_pages()
         for module in self.modules():
             if hasattr(module, "bind"):
                 module.bind()
@@ -151,6 +154,16 @@ class CausalLM(nn.Module):
         self.__dict__.update(_layers=[layer.forward for layer in self.model.layers], _embed=embed,
                              _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward,
                              _stack=DecoderStack.build(self, list(self.model.layers), self._kernels))
+
+    def _panels_in_huge_pages(self) -> None:
+        """Every projection's bf16 panels (the only copy of those weights) moved into one buffer backed by
+        2 MiB pages: a decode step streams all of them, and on 4 KiB pages that stream pays a TLB miss every
+        4 KiB (kernels/memory.py has the figures)."""
+        layers = [m for m in self.modules()
+                  if isinstance(m, Linear) and m.small_m_weight is not None and m.small_m_weight.dim() == 3]
+        if layers:
+            for layer, moved in zip(layers, pack_into_huge_pages([layer.small_m_weight for layer in layers])):
+                layer.small_m_weight = moved
 
     def _tied_panel_embedding(self):
         """Tied embeddings whose lm_head runs on bf16 panels: token rows are read from the panels, and the
