@@ -17,6 +17,20 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "store"))
 from gguf_writer import write_llama_gguf  # noqa: E402
 
 
+def test_the_cli_makes_openmp_threads_wait_passively_unless_told_otherwise(dirs, monkeypatch):
+    import subprocess
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    # in a fresh process, as the entry point runs it: set before torch loads
+    code = ("import os, llmchat.tui.cli as cli; cli.tune_process(); import torch; "
+            "print(os.environ['OMP_WAIT_POLICY'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "ACTIVE"
+
+
 def test_missing_model_is_a_clear_error_not_a_traceback(dirs, capsys):
     assert cli_main(["--model", str(dirs["data"] / "no-such-model")]) == 2
     err = capsys.readouterr().err
