@@ -1,10 +1,17 @@
 """Engine benchmark, one run: decode tok/s (1 session), aggregate tok/s (4/8/16 sessions), prefill tok/s,
 TTFT cold vs on a cached 1k-token prefix, resident memory; the same workload through transformers'
 generate as the baseline, reported as ratios. Shared machines are noisy: compare figures of one run.
+
+The baseline runs in its own process with OpenMP's default settings: transformers relies on OpenMP, and
+the `llmchat` command makes OpenMP threads wait passively (good for llmchat, ~20% slower for transformers).
 """
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
 import time
 
 import psutil
@@ -97,6 +104,25 @@ def transformers_figures(model_path, dtype: torch.dtype, sessions: list[int], ne
     return fig
 
 
+def transformers_baseline(model_path, dtype: str, sessions: list[int], new_tokens: int, prompt_len: int,
+                          prefix_len: int, vocab: int) -> dict:
+    """transformers_figures in a fresh process: OpenMP as a transformers user has it, this process's threads."""
+    args = dict(model_path=str(model_path), dtype=dtype, sessions=sessions, new_tokens=new_tokens,
+                prompt_len=prompt_len, prefix_len=prefix_len, vocab=vocab, threads=torch.get_num_threads())
+    code = ("import json, sys, torch\n"
+            "from llmchat.engine.bench import transformers_figures\n"
+            "a = json.loads(sys.argv[1])\n"
+            "torch.set_num_threads(a.pop('threads'))\n"
+            "a['dtype'] = getattr(torch, a['dtype'])\n"
+            "print(json.dumps(transformers_figures(**a)))\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"the transformers baseline failed: {tail[0]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def run(model_path, dtype: str = "bfloat16", sessions=(4, 8, 16), new_tokens: int = 64, prompt_len: int = 32,
         prefix_len: int = 1024, kv_cache_gb: float = 1.0, baseline: bool = True, **engine_kwargs) -> dict:
     rss0 = psutil.Process().memory_info().rss
@@ -118,8 +144,8 @@ def run(model_path, dtype: str = "bfloat16", sessions=(4, 8, 16), new_tokens: in
     del llm, runner
     gc.collect()
     if baseline:
-        hf = transformers_figures(model_path, getattr(torch, result["dtype"]), list(sessions), new_tokens,
-                                  prompt_len, prefix_len, vocab)
+        hf = transformers_baseline(model_path, result["dtype"], list(sessions), new_tokens, prompt_len, prefix_len,
+                                   vocab)
         result["transformers"] = hf
         result["ratio_vs_transformers"] = {
             k: result["engine"][k] / v if "tok_s" in k else v / result["engine"][k]
