@@ -21,6 +21,7 @@ from .llm import LLM
 from .sampling_params import SamplingParams
 
 MB = 1 << 20
+ONE_SESSION_RUNS = 3
 
 
 def _prompt(n: int, seed: int, vocab: int) -> list[int]:
@@ -55,8 +56,9 @@ def _numel(shape) -> int:
 def engine_figures(llm: LLM, sessions: list[int], new_tokens: int, prompt_len: int, prefix_len: int) -> dict:
     vocab = llm.engine.vocab_size
     llm.generate([_prompt(prompt_len, 0, vocab)], _fixed(8))                       # warm-up
-    out = llm.generate([_prompt(prompt_len, 1, vocab)], _fixed(new_tokens))[0]
-    fig = {"decode_tok_s_1": out.metrics.decode_tokens_per_s}
+    # one session: the best of a few runs (the least disturbed one), for llmchat and the baseline alike
+    fig = {"decode_tok_s_1": max(llm.generate([_prompt(prompt_len, 1 + r, vocab)], _fixed(new_tokens))[0]
+                                 .metrics.decode_tokens_per_s for r in range(ONE_SESSION_RUNS))}
     for k in sessions:
         prompts = [_prompt(prompt_len, 100 * k + i, vocab) for i in range(k)]
         t0 = time.perf_counter()
@@ -91,9 +93,12 @@ def transformers_figures(model_path, dtype: torch.dtype, sessions: list[int], ne
         return time.perf_counter() - t0
 
     gen([_prompt(prompt_len, 0, vocab)], 8)                                        # warm-up
-    one = [_prompt(prompt_len, 1, vocab)]
-    t_first, t_all = gen(one, 1), gen(one, new_tokens)
-    fig = {"decode_tok_s_1": (new_tokens - 1) / max(t_all - t_first, 1e-9)}
+    best = 0.0
+    for r in range(ONE_SESSION_RUNS):
+        one = [_prompt(prompt_len, 1 + r, vocab)]
+        t_first, t_all = gen(one, 1), gen(one, new_tokens)
+        best = max(best, (new_tokens - 1) / max(t_all - t_first, 1e-9))
+    fig = {"decode_tok_s_1": best}
     for k in sessions:
         prompts = [_prompt(prompt_len, 100 * k + i, vocab) for i in range(k)]
         fig[f"aggregate_tok_s_{k}"] = k * new_tokens / gen(prompts, new_tokens)
