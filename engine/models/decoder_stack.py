@@ -3,8 +3,8 @@
 The op runs the same core kernels in the same order on the same buffers as DecoderLayer.forward, so its
 output is bit for bit the Python path's; it saves the Python round trip and the input checks of each op of
 each layer (~120 op calls per decode step for a 30-layer model). The Python layers stay the oracle and
-the path for what the op does not cover: the torch backends, qk-norm (Qwen3), a step with LoRA tokens,
-and, for weights without bf16 panels, steps larger than the small-M linear takes.
+the path for what the op does not cover: the torch backends, a step with LoRA tokens, and, for weights
+without bf16 panels, steps larger than the small-M linear takes.
 LLMCHAT_DECODER_STACK=0 turns it off (A/B benchmarks).
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ class DecoderStack:
             self.weights += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
             self.weights += [p.small_m_weight for p in projections]
             self.weights += [p.bias if p.bias is not None else no_bias for p in projections]
+            self.weights += [attn.q_norm.weight, attn.k_norm.weight] if attn.qk_norm else [no_bias, no_bias]
             self.windows.append(attn.attn.window)
             limits += [p._small_max for p in projections]
         self.max_tokens = min(limits)   # bf16 panels: every step size; plain weights: the small-M range
@@ -41,7 +42,7 @@ class DecoderStack:
     @staticmethod
     def build(model, layers, kernels) -> DecoderStack | None:
         """The stack for this model, or None where the Python layers must run."""
-        if kernels is None or os.environ.get("LLMCHAT_DECODER_STACK", "1") == "0" or model.args.qk_norm:
+        if kernels is None or os.environ.get("LLMCHAT_DECODER_STACK", "1") == "0":
             return None
         for layer in layers:
             projections = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
@@ -52,7 +53,10 @@ class DecoderStack:
                 return None
             if len({p.small_m_weight.dim() for p in projections}) != 1:
                 return None
-        if len({layer.input_layernorm.eps for layer in layers} | {layer.post_attention_layernorm.eps for layer in layers}) != 1:
+        norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm,
+                                                 getattr(layer.self_attn, "q_norm", None),
+                                                 getattr(layer.self_attn, "k_norm", None)) if n is not None]
+        if len({n.eps for n in norms}) != 1:
             return None
         return DecoderStack(model, layers)
 

@@ -40,9 +40,9 @@ def lora_args():
 
 
 def decoder_stack_args():
-    H, D, hq, hkv, inter = 32, 16, 2, 1, 48  # one layer, plain fp32 weights, no biases
+    H, D, hq, hkv, inter = 32, 16, 2, 1, 48  # one layer, plain fp32 weights, no biases, q/k head norms
     weights = [torch.randn(H), torch.randn(H), torch.randn((hq + 2 * hkv) * D, H), torch.randn(H, hq * D),
-               torch.randn(2 * inter, H), torch.randn(H, inter)] + [torch.empty(0)] * 4
+               torch.randn(2 * inter, H), torch.randn(H, inter)] + [torch.empty(0)] * 4 + [torch.randn(D), torch.randn(D)]
     kc = torch.zeros(4, hkv, 8, D)
     return (torch.randn(3, H), torch.empty(3, H), weights, [-1], [kc], [kc.clone()], torch.tensor([0, 1, 2]),
             torch.tensor([8, 9, 10]), torch.tensor([[1, 0]], dtype=torch.int32), torch.tensor([3], dtype=torch.int32),

@@ -1,6 +1,6 @@
 // One pass over the decoder layers; see decoder_stack.h. Per layer, as DecoderLayer.forward does it:
-// norm (fused with the residual add after layer 0), qkv, rotary, KV write, attention, o, add + norm,
-// gate_up, SiLU * up, down.
+// norm (fused with the residual add after layer 0), qkv, (q/k head norms), rotary, KV write, attention, o,
+// add + norm, gate_up, SiLU * up, down.
 #include "decoder_stack.h"
 
 #include <cstring>
@@ -20,24 +20,30 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
     linear_small_m(l, rt);
   };
 
-  RotaryArgs rope;  // q and k stay views into the qkv rows
+  // q and k stay views into the qkv rows, or, with head norms, become the contiguous normed copies
+  // (as in the Python layer, where the norm's output replaces them).
+  const bool head_norms = a.layers.front().q_norm != nullptr;
+  void* q = head_norms ? a.q_normed : a.qkv;
+  void* k = head_norms ? a.k_normed : at(a.qkv, q_size);
+  const int64_t q_stride = head_norms ? q_size : qkv_width, k_stride = head_norms ? kv_size : qkv_width;
+  RotaryArgs rope;
   rope.dtype = a.dtype, rope.positions = a.positions;
-  rope.query = a.qkv, rope.q_stride_token = qkv_width, rope.q_stride_head = D;
-  rope.key = at(a.qkv, q_size), rope.k_stride_token = qkv_width, rope.k_stride_head = D;
+  rope.query = q, rope.q_stride_token = q_stride, rope.q_stride_head = D;
+  rope.key = k, rope.k_stride_token = k_stride, rope.k_stride_head = D;
   rope.cos_sin_cache = a.cos_sin_cache, rope.num_tokens = T;
   rope.num_q_heads = a.num_q_heads, rope.num_kv_heads = a.num_kv_heads, rope.head_size = a.head_size;
   rope.rot_dim = a.rot_dim, rope.is_neox = true;
 
   WriteKvArgs kv;
   kv.elem_size = int(es);
-  kv.key = rope.key, kv.k_stride_token = qkv_width, kv.k_stride_head = D;
+  kv.key = k, kv.k_stride_token = k_stride, kv.k_stride_head = D;
   kv.value = at(a.qkv, q_size + kv_size), kv.v_stride_token = qkv_width, kv.v_stride_head = D;
   kv.slot_mapping = a.slot_mapping, kv.num_tokens = T;
   kv.num_kv_heads = a.num_kv_heads, kv.head_size = a.head_size, kv.block_size = a.block_size;
 
   PagedAttentionArgs pa;
   pa.dtype = a.dtype;
-  pa.query = a.qkv, pa.q_stride_token = qkv_width, pa.q_stride_head = D;
+  pa.query = q, pa.q_stride_token = q_stride, pa.q_stride_head = D;
   pa.out = a.attn, pa.o_stride_token = q_size, pa.o_stride_head = D;
   pa.block_tables = a.block_tables, pa.bt_stride = a.bt_stride;
   pa.seq_lens = a.seq_lens, pa.query_start_loc = a.query_start_loc, pa.num_seqs = a.num_seqs;
@@ -53,6 +59,16 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
       fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.input_norm, T, H, a.eps, rt);
     }
     linear(a.x, H, w.qkv, w.qkv_bias, a.qkv, qkv_width);
+    if (head_norms) {  // each head's q and k rows RMS-normed over head_size, token by token
+      const Runtime serial = serial_runtime();
+      rt.parallel_for(T, 1, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          rms_norm(a.dtype, at(a.qkv, t * qkv_width), D, w.q_norm, at(q, t * q_size), D, a.num_q_heads, D, a.eps, serial);
+          rms_norm(a.dtype, at(a.qkv, t * qkv_width + q_size), D, w.k_norm, at(k, t * kv_size), D, a.num_kv_heads, D,
+                   a.eps, serial);
+        }
+      });
+    }
     rotary_embedding(rope, rt);
     kv.key_cache = w.key_cache, kv.value_cache = w.value_cache;
     write_kv_cache(kv, rt);

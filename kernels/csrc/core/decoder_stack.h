@@ -1,5 +1,5 @@
-// The decoder layers of a Llama-family model (Llama, Mistral, Qwen2: pre-norm, fused qkv and gate_up, neox
-// rotary, paged attention) in one call: the same core ops, in the same order and on the same buffers as
+// The decoder layers of a Llama-family model (Llama, Mistral, Qwen2, Qwen3: pre-norm, fused qkv and gate_up,
+// optional per-head q/k RMSNorm, neox rotary, paged attention) in one call: the same core ops, in the same order and on the same buffers as
 // the engine's Python layers (engine/models/llama.py), so the result is bit for bit the same; what goes is
 // the Python round trip and the input checks of every op of every layer (~1.5 ms of a 10 ms decode step).
 #pragma once
@@ -14,6 +14,7 @@ struct DecoderLayerWeights {
   const void *input_norm = nullptr, *post_norm = nullptr;  // [hidden]
   const void *qkv = nullptr, *o = nullptr, *gate_up = nullptr, *down = nullptr;  // [N, K] or bf16 panels
   const void *qkv_bias = nullptr, *o_bias = nullptr, *gate_up_bias = nullptr, *down_bias = nullptr;  // or null
+  const void *q_norm = nullptr, *k_norm = nullptr;  // [head_size] each (Qwen3), or null
   void *key_cache = nullptr, *value_cache = nullptr;  // [num_blocks, Hkv, block_size, D]
   int sliding_window = -1;
 };
@@ -26,8 +27,9 @@ struct DecoderStackArgs {
   float eps = 1e-6f, scale = 1.f;
   void* x = nullptr;         // [T, hidden] contiguous: in, the embeddings; out, the last layer's output
   void* residual = nullptr;  // [T, hidden] contiguous: out, the residual stream
-  // Scratch, contiguous: qkv [T, (Hq + 2 Hkv) D], attn [T, Hq D], gate_up [T, 2 I], act [T, I].
-  void *qkv = nullptr, *attn = nullptr, *gate_up = nullptr, *act = nullptr;
+  // Scratch, contiguous: qkv [T, (Hq + 2 Hkv) D], attn [T, Hq D], gate_up [T, 2 I], act [T, I]; with q/k
+  // norms also q_normed [T, Hq D] and k_normed [T, Hkv D].
+  void *qkv = nullptr, *attn = nullptr, *gate_up = nullptr, *act = nullptr, *q_normed = nullptr, *k_normed = nullptr;
   const int64_t* positions = nullptr;     // [T]
   const int64_t* slot_mapping = nullptr;  // [T]
   const int32_t* block_tables = nullptr;  // [S, bt_stride]

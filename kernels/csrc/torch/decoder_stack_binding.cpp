@@ -1,6 +1,6 @@
 // Torch layer of decoder_stack: one set of input checks per step (not per op per layer), scratch buffers,
-// pointers. Weights come as 10 tensors per layer, in DecoderLayerWeights order; a missing bias is an
-// empty tensor.
+// pointers. Weights come as 12 tensors per layer, in DecoderLayerWeights order; a missing bias or head
+// norm is an empty tensor.
 #include <torch/library.h>
 
 #include "../core/decoder_stack.h"
@@ -9,7 +9,7 @@
 namespace llmchat::binding {
 namespace {
 
-constexpr int64_t kPerLayer = 10;  // input_norm, post_norm, qkv, o, gate_up, down, and their 4 biases
+constexpr int64_t kPerLayer = 12;  // input_norm, post_norm, qkv, o, gate_up, down, their 4 biases, q/k norms
 
 // A projection weight [N, K] or its bf16 panels; returns whether it is packed.
 bool check_projection(const char* op, const at::Tensor& w, const char* name, int64_t n, int64_t k, const at::Tensor& x) {
@@ -24,7 +24,7 @@ bool check_projection(const char* op, const at::Tensor& w, const char* name, int
   return false;
 }
 
-const void* optional_bias(const char* op, const at::Tensor& b, const char* name, int64_t n, const at::Tensor& x) {
+const void* optional_vector(const char* op, const at::Tensor& b, const char* name, int64_t n, const at::Tensor& x) {
   if (b.numel() == 0) return nullptr;
   check_cpu(op, b, name);
   check_same_dtype(op, b, name, x, "x");
@@ -88,10 +88,15 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
     DecoderLayerWeights lw;
     lw.input_norm = w[0].data_ptr(), lw.post_norm = w[1].data_ptr();
     lw.qkv = w[2].data_ptr(), lw.o = w[3].data_ptr(), lw.gate_up = w[4].data_ptr(), lw.down = w[5].data_ptr();
-    lw.qkv_bias = optional_bias(op, w[6], "qkv bias", q_size + 2 * kv_size, x);
-    lw.o_bias = optional_bias(op, w[7], "o bias", H, x);
-    lw.gate_up_bias = optional_bias(op, w[8], "gate_up bias", 2 * I, x);
-    lw.down_bias = optional_bias(op, w[9], "down bias", H, x);
+    lw.qkv_bias = optional_vector(op, w[6], "qkv bias", q_size + 2 * kv_size, x);
+    lw.o_bias = optional_vector(op, w[7], "o bias", H, x);
+    lw.gate_up_bias = optional_vector(op, w[8], "gate_up bias", 2 * I, x);
+    lw.down_bias = optional_vector(op, w[9], "down bias", H, x);
+    lw.q_norm = optional_vector(op, w[10], "q_norm weight", D, x);
+    lw.k_norm = optional_vector(op, w[11], "k_norm weight", D, x);
+    LLMCHAT_CHECK((lw.q_norm == nullptr) == (lw.k_norm == nullptr) &&
+                      (i == 0 || (lw.q_norm == nullptr) == (a.layers.front().q_norm == nullptr)),
+                  op, "q and k head norms must be given together, for every layer or none");
     lw.key_cache = key_caches[i].data_ptr(), lw.value_cache = value_caches[i].data_ptr();
     lw.sliding_window = int(win);
     a.layers.push_back(lw);
@@ -121,6 +126,9 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
   const auto opts = x.options();
   at::Tensor qkv = at::empty({T, q_size + 2 * kv_size}, opts), attn = at::empty({T, q_size}, opts);
   at::Tensor gate_up = at::empty({T, 2 * I}, opts), act = at::empty({T, I}, opts);
+  const bool head_norms = a.layers.front().q_norm != nullptr;
+  at::Tensor q_normed = at::empty({head_norms ? T : 0, q_size}, opts), k_normed = at::empty({head_norms ? T : 0, kv_size}, opts);
+  a.q_normed = q_normed.data_ptr(), a.k_normed = k_normed.data_ptr();
   a.num_tokens = T, a.hidden = H, a.intermediate = I;
   a.num_q_heads = int(num_q_heads), a.num_kv_heads = int(Hkv), a.head_size = int(D);
   a.eps = float(eps), a.scale = float(scale);
