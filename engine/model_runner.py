@@ -143,6 +143,6 @@ class ModelRunner:
             if self.lora_manager is not None:
                 self.lora_manager.set_step(chunks, md)
             kv = list(zip(self.key_caches, self.value_caches))
-            lora_in_step = self.lora_manager is not None and self.lora_manager.in_step()
-            logits = self.model(input_ids, md, kv, rows, lora_in_step=lora_in_step)
+            lora = self.lora_manager if self.lora_manager is not None and self.lora_manager.in_step() else None
+            logits = self.model(input_ids, md, kv, rows, lora=lora)
             return logits if restore is None else logits.index_select(0, restore)

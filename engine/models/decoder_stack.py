@@ -3,8 +3,9 @@
 The op runs the same core kernels in the same order on the same buffers as DecoderLayer.forward, so its
 output is bit for bit the Python path's; it saves the Python round trip and the input checks of each op of
 each layer (~120 op calls per decode step for a 30-layer model). The Python layers stay the oracle and
-the path for what the op does not cover: the torch backends, a step with LoRA tokens, and, for weights
-without bf16 panels, steps larger than the small-M linear takes.
+the path for what the op does not cover: the torch backends, LoRA on its torch path (LLMCHAT_LORA_FUSED=0),
+and, for weights without bf16 panels, steps larger than the small-M linear takes. A step with LoRA tokens
+passes every projection's adapter stack (as published at that moment) and the step's token segments.
 LLMCHAT_DECODER_STACK=0 turns it off (A/B benchmarks).
 """
 from __future__ import annotations
@@ -24,9 +25,11 @@ class DecoderStack:
         first = layers[0].self_attn
         no_bias = torch.empty(0, dtype=first.qkv_proj.small_m_weight.dtype)
         limits = []
+        self.projections = []   # in the op's order: per layer qkv, o, gate_up, down (their LoRA hooks)
         for layer in layers:
             attn, mlp = layer.self_attn, layer.mlp
             projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+            self.projections += projections
             self.weights += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
             self.weights += [p.small_m_weight for p in projections]
             self.weights += [p.bias if p.bias is not None else no_bias for p in projections]
@@ -38,6 +41,8 @@ class DecoderStack:
         self.num_heads, self.head_dim, self.intermediate = args.num_heads, args.head_dim, args.intermediate_size
         self.eps, self.scale = float(layers[0].input_layernorm.eps), float(first.attn.scale)
         self.op = torch.ops.llmchat.decoder_stack.default
+        self.no_lora = [torch.empty(0)] * 5
+        self.no_segments = torch.empty(0, 3, dtype=torch.int32)
 
     @staticmethod
     def build(model, layers, kernels) -> DecoderStack | None:
@@ -60,13 +65,29 @@ class DecoderStack:
             return None
         return DecoderStack(model, layers)
 
-    def runs(self, num_tokens: int, lora_in_step: bool) -> bool:
-        return not lora_in_step and 0 < num_tokens <= self.max_tokens
+    def runs(self, num_tokens: int, lora) -> bool:
+        """lora: the LoRA manager when some token of this step uses an adapter, else None."""
+        return 0 < num_tokens <= self.max_tokens and (lora is None or lora.fused_op is not None)
 
-    def __call__(self, x: torch.Tensor, md: AttentionMetadata, kv_caches: list) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, x: torch.Tensor, md: AttentionMetadata, kv_caches: list,
+                 lora=None) -> tuple[torch.Tensor, torch.Tensor]:
         """x: the embeddings [T, hidden] (overwritten) -> (last layer's output, residual stream)."""
         residual = torch.empty_like(x)
+        adapters, segments = self._lora(lora) if lora is not None else ([], self.no_segments)
         self.op(x, residual, self.weights, self.windows, [k for k, _ in kv_caches], [v for _, v in kv_caches],
                 md.positions, md.slot_mapping, md.block_tables, md.seq_lens, md.query_start_loc, self.rotary,
-                self.num_heads, self.head_dim, self.intermediate, self.eps, self.scale)
+                self.num_heads, self.head_dim, self.intermediate, self.eps, self.scale, adapters, segments)
         return x, residual
+
+    def _lora(self, manager) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Per projection (a, packed b, rank offsets, slice offsets, slice ranks) of its adapter stack as
+        published now (LoraSite.apply reads the same), or empties where it has no LoRA."""
+        tensors = []
+        for projection in self.projections:
+            stack = projection.lora.stack if projection.lora is not None else None
+            t = stack.tensors if stack is not None else None
+            if t is None or not stack.active or t.b_packed is None:
+                tensors += self.no_lora
+            else:
+                tensors += [t.a, t.b_packed, t.rank_offsets, stack.slice_offsets_t, t.slice_ranks]
+        return tensors, manager.segment_tensor

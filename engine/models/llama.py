@@ -178,11 +178,12 @@ class CausalLM(nn.Module):
         return partial(self._kernels.packed_rows, head.small_m_weight, width=head.in_features)
 
     def forward(self, input_ids: torch.Tensor, md: AttentionMetadata, kv_caches: list,
-                logits_rows: torch.Tensor | None, lora_in_step: bool = False) -> torch.Tensor:
-        """lora_in_step: some token of this step uses an adapter (only the Python layers apply LoRA)."""
+                logits_rows: torch.Tensor | None, lora=None) -> torch.Tensor:
+        """lora: the LoRA manager when some token of this step uses an adapter (its hooks on the Linear
+        layers apply it on the Python path; the decoder stack takes its stacks and segments)."""
         x = self._embed(input_ids)
-        if self._stack is not None and self._stack.runs(x.shape[0], lora_in_step):
-            x, residual = self._stack(x, md, kv_caches)
+        if self._stack is not None and self._stack.runs(x.shape[0], lora):
+            x, residual = self._stack(x, md, kv_caches, lora)
         else:
             residual = None
             for layer, kv in zip(self._layers, kv_caches):

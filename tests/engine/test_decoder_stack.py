@@ -48,11 +48,14 @@ def test_stack_steps_aside_where_it_does_not_apply(tmp_path, monkeypatch):
     assert make_runner(llama, backend="kernels").model._stack is None
 
 
-def test_a_step_with_lora_tokens_runs_the_python_layers(tmp_path):
+def test_lora_on_its_torch_path_runs_the_python_layers(tmp_path):
     runner = make_runner(make_model(tmp_path / "m", "llama"), backend="kernels")
     stack = runner.model._stack
-    assert stack.runs(5, lora_in_step=False) and not stack.runs(5, lora_in_step=True)
-    assert not stack.runs(0, lora_in_step=False)
+
+    class Manager:
+        fused_op = None
+
+    assert stack.runs(5, None) and not stack.runs(5, Manager()) and not stack.runs(0, None)
 
 
 def test_bad_arguments_are_clear_errors(tmp_path):
@@ -69,7 +72,7 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         torch.ops.llmchat.decoder_stack(x.clone(), torch.empty_like(x), a["weights"], a["windows"], a["keys"],
                                         a["values"], a["positions"], a["slots"], a["tables"], a["lens"], a["qsl"],
                                         stack.rotary, stack.num_heads, stack.head_dim, stack.intermediate,
-                                        stack.eps, stack.scale)
+                                        stack.eps, stack.scale, a.get("lora", []), stack.no_segments)
 
     call()  # the good arguments run
     assert blocks.block_size == 16
@@ -80,6 +83,7 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         (dict(positions=torch.tensor([0, 10**6])), "positions"),
         (dict(slots=torch.tensor([0, 8 * 16])), "slot_mapping"),
         (dict(tables=torch.full((1, 1), 99, dtype=torch.int32)), "block_tables"),
+        (dict(lora=[torch.empty(0)] * 3), "lora"),
     ]:
         with pytest.raises(ValueError, match=message):
             call(**change)

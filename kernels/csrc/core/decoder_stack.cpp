@@ -13,11 +13,18 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
   const int64_t q_size = a.num_q_heads * D, kv_size = a.num_kv_heads * D, qkv_width = q_size + 2 * kv_size;
   const int64_t es = dtype_size(a.dtype);
   auto at = [es](void* base, int64_t elements) { return static_cast<char*>(base) + elements * es; };
-  auto linear = [&](const void* x, int64_t k, const void* w, const void* bias, void* out, int64_t n) {
+  // A projection, then its LoRA deltas added into its output (what Linear.forward does with a LoRA hook).
+  auto linear = [&](const void* x, int64_t k, const void* w, const void* bias, void* out, int64_t n,
+                    const DecoderLayerWeights& lw, int which) {
     LinearArgs l;
     l.dtype = a.dtype, l.x = x, l.x_stride = k, l.weight = w, l.packed = a.packed, l.bias = bias;
     l.out = out, l.out_stride = n, l.m = T, l.n = n, l.k = k;
     linear_small_m(l, rt);
+    if (lw.has_lora[which]) {
+      LoraArgs lora = lw.lora[which];
+      lora.x = x, lora.x_stride = k, lora.out = out, lora.out_stride = n;
+      lora_apply(lora, rt);
+    }
   };
 
   // q and k stay views into the qkv rows, or, with head norms, become the contiguous normed copies
@@ -58,7 +65,7 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
     } else {
       fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.input_norm, T, H, a.eps, rt);
     }
-    linear(a.x, H, w.qkv, w.qkv_bias, a.qkv, qkv_width);
+    linear(a.x, H, w.qkv, w.qkv_bias, a.qkv, qkv_width, w, 0);
     if (head_norms) {  // each head's q and k rows RMS-normed over head_size, token by token
       const Runtime serial = serial_runtime();
       rt.parallel_for(T, 1, [&](int64_t b, int64_t e) {
@@ -74,11 +81,11 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
     write_kv_cache(kv, rt);
     pa.key_cache = w.key_cache, pa.value_cache = w.value_cache, pa.sliding_window = w.sliding_window;
     paged_attention(pa, rt);
-    linear(a.attn, q_size, w.o, w.o_bias, a.x, H);
+    linear(a.attn, q_size, w.o, w.o_bias, a.x, H, w, 1);
     fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.post_norm, T, H, a.eps, rt);
-    linear(a.x, H, w.gate_up, w.gate_up_bias, a.gate_up, 2 * I);
+    linear(a.x, H, w.gate_up, w.gate_up_bias, a.gate_up, 2 * I, w, 2);
     silu_and_mul(a.dtype, a.gate_up, 2 * I, a.act, I, T, I, rt);
-    linear(a.act, I, w.down, w.down_bias, a.x, H);
+    linear(a.act, I, w.down, w.down_bias, a.x, H, w, 3);
   }
 }
 

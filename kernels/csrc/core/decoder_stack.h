@@ -7,6 +7,7 @@
 
 #include "gemv.h"
 #include "kernels.h"
+#include "lora.h"
 
 namespace llmchat {
 
@@ -17,6 +18,9 @@ struct DecoderLayerWeights {
   const void *q_norm = nullptr, *k_norm = nullptr;  // [head_size] each (Qwen3), or null
   void *key_cache = nullptr, *value_cache = nullptr;  // [num_blocks, Hkv, block_size, D]
   int sliding_window = -1;
+  // LoRA of qkv, o, gate_up, down for this step's token segments (x and out filled in per call), or none.
+  LoraArgs lora[4];
+  bool has_lora[4] = {false, false, false, false};
 };
 
 struct DecoderStackArgs {

@@ -1,15 +1,18 @@
 // Torch layer of decoder_stack: one set of input checks per step (not per op per layer), scratch buffers,
 // pointers. Weights come as 12 tensors per layer, in DecoderLayerWeights order; a missing bias or head
-// norm is an empty tensor.
+// norm is an empty tensor. LoRA (optional): 5 tensors per projection (a, b, rank_offsets, slice_offsets,
+// slice_ranks; an empty `a` = no LoRA there), 20 per layer, and the step's token segments.
 #include <torch/library.h>
 
 #include "../core/decoder_stack.h"
 #include "attention_binding.h"
+#include "lora_checks.h"
 
 namespace llmchat::binding {
 namespace {
 
 constexpr int64_t kPerLayer = 12;  // input_norm, post_norm, qkv, o, gate_up, down, their 4 biases, q/k norms
+constexpr int64_t kLoraPerProjection = 5;
 
 // A projection weight [N, K] or its bf16 panels; returns whether it is packed.
 bool check_projection(const char* op, const at::Tensor& w, const char* name, int64_t n, int64_t k, const at::Tensor& x) {
@@ -37,7 +40,8 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
                       at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& positions,
                       const at::Tensor& slot_mapping, const at::Tensor& block_tables, const at::Tensor& seq_lens,
                       const at::Tensor& query_start_loc, const at::Tensor& cos_sin_cache, int64_t num_q_heads,
-                      int64_t head_size, int64_t intermediate, double eps, double scale) {
+                      int64_t head_size, int64_t intermediate, double eps, double scale, at::TensorList lora,
+                      const at::Tensor& lora_segments) {
   const char* op = "decoder_stack";
   check_cpu(op, x, "x");
   check_dim(op, x, "x", 2);
@@ -62,6 +66,8 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
                 ") must be a positive multiple of the caches' kv heads (", Hkv, ")");
   LLMCHAT_CHECK(I > 0 && scale > 0 && eps > 0, op, "intermediate, scale and eps must be positive");
   const int64_t q_size = num_q_heads * D, kv_size = Hkv * D;
+  LLMCHAT_CHECK(lora.empty() || int64_t(lora.size()) == 4 * kLoraPerProjection * L, op, "lora must be empty or hold ",
+                4 * kLoraPerProjection, " tensors per layer, got ", lora.size());
 
   DecoderStackArgs a;
   a.dtype = dt;
@@ -99,6 +105,13 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
                   op, "q and k head norms must be given together, for every layer or none");
     lw.key_cache = key_caches[i].data_ptr(), lw.value_cache = value_caches[i].data_ptr();
     lw.sliding_window = int(win);
+    const int64_t widths[4][2] = {{H, q_size + 2 * kv_size}, {q_size, H}, {H, 2 * I}, {I, H}};  // (in, out)
+    for (int p = 0; !lora.empty() && p < 4; ++p) {
+      const at::Tensor* l = lora.data() + (4 * i + p) * kLoraPerProjection;
+      if (l[0].numel() == 0) continue;
+      lw.lora[p] = checked_lora_args(op, x, T, widths[p][0], widths[p][1], l[0], l[1], l[2], l[3], l[4], lora_segments);
+      lw.has_lora[p] = true;
+    }
     a.layers.push_back(lw);
   }
   check_metadata(op, block_tables, seq_lens, query_start_loc, T, nb, bs);
@@ -149,7 +162,7 @@ TORCH_LIBRARY_FRAGMENT(llmchat, m) {
   m.def("decoder_stack(Tensor(a!) x, Tensor(b!) residual, Tensor[] weights, int[] sliding_windows, "
         "Tensor(c!)[] key_caches, Tensor(d!)[] value_caches, Tensor positions, Tensor slot_mapping, Tensor block_tables, "
         "Tensor seq_lens, Tensor query_start_loc, Tensor cos_sin_cache, int num_q_heads, int head_size, int intermediate, "
-        "float eps, float scale) -> ()");
+        "float eps, float scale, Tensor[] lora, Tensor lora_segments) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) { m.impl("decoder_stack", &llmchat::binding::decoder_stack_op); }
