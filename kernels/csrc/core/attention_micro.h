@@ -174,10 +174,19 @@ inline void pv_bf16_rows(const bf16_t* P, int ldP, const bf16_t* v, int n, int D
 }
 
 // All rows; D % 32 == 0.
+// The rows left over (a query group of 3, 6, 7 ...) go through together, not one by one: each pass over V
+// pays the pair interleave again.
 inline void pv_bf16_all(const bf16_t* P, int ldP, int rows, const bf16_t* v, int n, int D, float* acc, Prefetch& pf) {
   constexpr int R = kPvBf16Rows;
   int r = 0;
   for (; r + R <= rows; r += R) pv_bf16_rows<R>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf);
+  if constexpr (R == 4) {
+    switch (rows - r) {
+      case 3: pv_bf16_rows<3>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf); return;
+      case 2: pv_bf16_rows<2>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf); return;
+      default: break;
+    }
+  }
   for (; r < rows; ++r) pv_bf16_rows<1>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf);
 }
 #endif
