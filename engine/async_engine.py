@@ -24,8 +24,10 @@ _request_ids = itertools.count()
 
 
 class AsyncEngine:
-    def __init__(self, model_path, **kwargs):
-        self.engine = LLMEngine(build_config(model_path, kwargs))
+    def __init__(self, model_path, load_progress=None, **kwargs):
+        """kwargs: EngineConfig fields. load_progress(bytes loaded, bytes in all) is called while the weights
+        load (on the constructing thread)."""
+        self.engine = LLMEngine(build_config(model_path, kwargs), load_progress)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()   # ("add", seq, sink) | ("abort", id) | ("stop",)
         self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._wake = threading.Event()

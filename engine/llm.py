@@ -23,8 +23,8 @@ def build_config(model_path, kwargs: dict) -> EngineConfig:
 class LLM:
     """`LLM(model_path, dtype=..., kv_cache_gb=..., enable_prefix_caching=True, **EngineConfig fields)`."""
 
-    def __init__(self, model_path, **kwargs):
-        self.engine = LLMEngine(build_config(model_path, kwargs))
+    def __init__(self, model_path, load_progress=None, **kwargs):
+        self.engine = LLMEngine(build_config(model_path, kwargs), load_progress)
 
     @property
     def tokenizer(self):

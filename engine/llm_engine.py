@@ -32,13 +32,14 @@ def _return_freed_memory() -> None:
 class LLMEngine:
     """Not thread-safe: one thread calls add_sequence/step/abort (AsyncEngine runs it in its own)."""
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, load_progress=None):
+        """load_progress: called as (bytes loaded, bytes in all) while the weights load, from this thread."""
         from .model_runner import ModelRunner   # heavy: torch model + weights
 
         self.config = config
         if config.num_threads:   # explicit user choice (torch's thread pool is process-wide)
             torch.set_num_threads(config.num_threads)
-        self.runner = ModelRunner(config)
+        self.runner = ModelRunner(config, load_progress)
         self.tokenizer = load_tokenizer(config.model_path)
         self.max_model_len: int = self.runner.max_model_len
         self.vocab_size: int = self.runner.vocab_size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -15,6 +16,7 @@ log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # checkpoint tensors the engine recomputes itself
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+LoadProgress = Callable[[int, int], None]   # (bytes loaded, bytes in all) while the weights load
 
 
 def read_json(path: Path) -> dict:
@@ -89,17 +91,22 @@ def _target(name: str) -> tuple[str, int | None]:
     return name, None
 
 
-def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: int, ops, kernels) -> CausalLM:
+def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: int, ops, kernels,
+                progress: LoadProgress | None = None) -> CausalLM:
     args = ModelArgs.from_config(config)
     with torch.device("meta"):
         model = MODEL_CLASSES[args.architecture](args, ops, kernels)
     model = model.to(dtype).to_empty(device="cpu")
-    load_weights(model, weight_files(Path(folder)))
+    load_weights(model, weight_files(Path(folder)), progress)
     model.finish_init(max_positions)
     return model.eval()
 
 
-def load_weights(model: CausalLM, files: list[Path]) -> None:
+def load_weights(model: CausalLM, files: list[Path], progress: LoadProgress | None = None) -> None:
+    """Copy the checkpoint into the model; progress(bytes read, bytes of the checkpoint files) after each tensor
+    and once at the end with both equal."""
+    total = sum(path.stat().st_size for path in files)
+    done = 0
     params = dict(model.named_parameters())
     if model.args.tie_word_embeddings:
         params.pop("lm_head.weight", None)
@@ -129,6 +136,11 @@ def load_weights(model: CausalLM, files: list[Path]) -> None:
                                      f"the config expects {tuple(dest.shape)}")
                 dest.copy_(tensor)
                 loaded[name].add(index)
+                if progress is not None:
+                    done += tensor.nbytes
+                    progress(min(done, total), total)
+    if progress is not None:
+        progress(total, total)
     missing = sorted(n for n in params if loaded[n] != expected[n])
     if missing:
         shown = ", ".join(missing[:5]) + (f" (+{len(missing) - 5} more)" if len(missing) > 5 else "")

@@ -15,7 +15,7 @@ from llmchat.kernels.memory import huge_page_zeros
 from .attention import AttentionMetadata
 from .config import EngineConfig
 from .layers.ops import select_ops
-from .model_loader import build_model, read_config, read_json, resolve_dtype
+from .model_loader import LoadProgress, build_model, read_config, read_json, resolve_dtype
 from .models import ModelArgs
 
 GENERATION_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
@@ -39,7 +39,7 @@ def _hf_config(folder: Path):
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, load_progress: LoadProgress | None = None) -> None:
         self.config = config
         folder = Path(config.model_path)
         raw = read_config(folder)
@@ -56,7 +56,8 @@ class ModelRunner:
         self.ops, self.kernels = select_ops(config.attention_backend)
         self.attention_backend = "kernels" if self.kernels is not None else "torch"
         with torch.inference_mode():
-            self.model = build_model(folder, raw, self.dtype, self.max_model_len, self.ops, self.kernels)
+            self.model = build_model(folder, raw, self.dtype, self.max_model_len, self.ops, self.kernels,
+                                     load_progress)
         self.key_caches: list[torch.Tensor] = []
         self.value_caches: list[torch.Tensor] = []
         self.num_blocks = 0

@@ -176,7 +176,7 @@ class LlmChatApp(ChatActions, ScreenActions, App):
                 await view.sync()
 
     def poll_metrics(self) -> None:
-        loading = [Path(k).name for k in self.engines.loading]
+        loading = [(Path(k).name, self.engines.load_fraction.get(k)) for k in self.engines.loading]
         if self.screen_stack:
             for panel in self.main.query(EnginePanel):
                 panel.show(self.engines.metrics(), loading)

@@ -71,6 +71,7 @@ class EngineManager:
         self.notify = notify
         self.loaded: OrderedDict[str, LoadedModel] = OrderedDict()   # least recently used first
         self.loading: dict[str, asyncio.Task] = {}
+        self.load_fraction: dict[str, float] = {}   # weights read so far, per model loading (set by its thread)
 
     def key(self, name: str) -> str:
         return str(resolve_model(name, self.data_dir))
@@ -112,7 +113,16 @@ class EngineManager:
                              f"of {self.memory_budget / GB:.1f} GB (memory_budget_gb in settings.toml)")
         await self._make_room(weight_bytes + kv_bytes)
         from llmchat.engine import AsyncEngine   # imported here: torch loads only when a model does
-        engine = await asyncio.to_thread(AsyncEngine, str(path), kv_cache_gb=self.kv_cache_gb, **self.engine_kwargs)
+        key = str(path)
+        self.load_fraction[key] = 0.0
+
+        def progress(done: int, total: int) -> None:
+            self.load_fraction[key] = done / total if total else 1.0
+        try:
+            engine = await asyncio.to_thread(AsyncEngine, key, load_progress=progress, kv_cache_gb=self.kv_cache_gb,
+                                             **self.engine_kwargs)
+        finally:
+            self.load_fraction.pop(key, None)
         model = LoadedModel(name=name, path=path, engine=engine, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
                             generation_defaults=read_generation_defaults(path))
         self.loaded[str(path)] = model

@@ -21,7 +21,7 @@ class EnginePanel(Vertical):
     def compose(self):
         yield Label("Engine", classes="panel-title")
         yield Static("no model loaded", id="engine-models")
-        yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="engine-loading")
+        yield ProgressBar(total=None, show_eta=False, id="engine-loading")
         yield Static("gen 0.0 tok/s", id="engine-gen")
         yield Sparkline(list(self.history), id="engine-sparkline")
         yield Static("prompt 0.0 tok/s", id="engine-prompt")
@@ -31,8 +31,9 @@ class EnginePanel(Vertical):
         yield Static("prefix hits 0%", id="engine-prefix")
         yield Static("running 0 · waiting 0", id="engine-queue")
 
-    def show(self, snapshots: list[tuple[str, Any]], loading: list[str]) -> None:
-        """Aggregate the snapshots of all loaded engines (one per model)."""
+    def show(self, snapshots: list[tuple[str, Any]], loading: list[tuple[str, float | None]]) -> None:
+        """Aggregate the snapshots of all loaded engines (one per model); `loading`: (name, share of its weights
+        read, None before that is known) of each model being loaded."""
         if not self.query("#engine-models"):
             return      # being torn down
         gen = sum(s.generation_tokens_per_s for _, s in snapshots)
@@ -46,9 +47,15 @@ class EnginePanel(Vertical):
         names = [name for name, _ in snapshots]
         models = ", ".join(names) if names else "no model loaded"
         if loading:
-            models += "\nloading " + ", ".join(loading) + "…"
+            models += "\nloading " + ", ".join(name for name, _ in loading) + "…"
         self.query_one("#engine-models", Static).update(models)
-        self.query_one("#engine-loading").display = bool(loading)   # indeterminate bar while a model loads
+        bar = self.query_one("#engine-loading", ProgressBar)
+        bar.display = bool(loading)
+        fractions = [f for _, f in loading if f is not None]
+        if len(fractions) == len(loading) and loading:   # the weights read so far (the slowest model)
+            bar.update(total=1.0, progress=min(fractions))
+        else:
+            bar.update(total=None)
         self.query_one("#engine-gen", Static).update(f"gen {gen:.1f} tok/s")
         self.query_one("#engine-sparkline", Sparkline).data = list(self.history)
         self.query_one("#engine-prompt", Static).update(f"prompt {prompt:.1f} tok/s")
