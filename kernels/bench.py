@@ -1,7 +1,7 @@
 """Kernel benchmark: paged decode attention as GB/s of KV read next to this machine's memory bandwidth
 (measured in the same run), the same work through torch SDPA on gathered K/V, and prefill GFLOP/s.
 
-    python -m llmchat.kernels.bench [--contexts 1024 4096 8192] [--json]
+    python -m llmchat.kernels.bench [--contexts 1024 4096 8192] [--block-size 16] [--json]
     llmchat bench --kernels   (calls main)
 
 Every decode run reads K/V blocks that are not in the last-level cache (the pool is rotated), so the
@@ -159,7 +159,7 @@ def prefill_case(length: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs:
 
 
 def run(contexts=(1024, 4096, 8192, 16384), prefill_lengths=(512, 2048), dtype: str = "bf16",
-        heads=(32, 8, 128), reps: int = 20, pool_mb: int = POOL_MB) -> dict:
+        heads=(32, 8, 128), reps: int = 20, pool_mb: int = POOL_MB, block_size: int = 16) -> dict:
     """All figures as a dict (what --json prints)."""
     import llmchat.kernels as K
 
@@ -169,28 +169,28 @@ def run(contexts=(1024, 4096, 8192, 16384), prefill_lengths=(512, 2048), dtype: 
     hq, hkv, d = heads
     bw = memory_bandwidth(pool_mb)
     probe = ReadProbe(pool_mb)
-    decode = [decode_case(c, hq, hkv, d, dt, reps=reps, pool_mb=pool_mb, probe=probe) for c in contexts]
-    one_core = one_core_case(contexts[-1], hq, hkv, d, dt, reps, pool_mb, probe)
+    decode = [decode_case(c, hq, hkv, d, dt, bs=block_size, reps=reps, pool_mb=pool_mb, probe=probe) for c in contexts]
+    one_core = one_core_case(contexts[-1], hq, hkv, d, dt, reps, pool_mb, probe, block_size)
     del probe
-    prefill = [prefill_case(n, hq, hkv, d, dt) for n in prefill_lengths]
-    return {"isa": K.isa(), "threads": torch.get_num_threads(), "bandwidth": bw, "decode": decode,
-            "one_core": one_core, "prefill": prefill}
+    prefill = [prefill_case(n, hq, hkv, d, dt, bs=block_size) for n in prefill_lengths]
+    return {"isa": K.isa(), "threads": torch.get_num_threads(), "block_size": block_size, "bandwidth": bw,
+            "decode": decode, "one_core": one_core, "prefill": prefill}
 
 
 def one_core_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, reps: int, pool_mb: int,
-                  probe: ReadProbe) -> dict:
+                  probe: ReadProbe, block_size: int = 16) -> dict:
     """Decode attention and read bandwidth on one thread: how close one core's stream comes to its own limit."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return decode_case(ctx, hq, hkv, d, dtype, reps=reps, pool_mb=pool_mb, probe=probe)
+        return decode_case(ctx, hq, hkv, d, dtype, bs=block_size, reps=reps, pool_mb=pool_mb, probe=probe)
     finally:
         torch.set_num_threads(threads)
 
 
 def format_report(r: dict) -> str:
     bw = r["bandwidth"]
-    lines = [f"llmchat kernels: isa={r['isa']} threads={r['threads']}",
+    lines = [f"llmchat kernels: isa={r['isa']} threads={r['threads']} block_size={r['block_size']}",
              f"memory bandwidth: read {bw['read_gbps']:.1f} GB/s, copy {bw['copy_gbps']:.1f} GB/s",
              "decode attention (1 query token, paged KV, cold cache; '% of it': median of 5 kernel/probe pairs "
              "taken back to back):",
@@ -218,13 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
     p.add_argument("--heads", type=int, nargs=3, default=[32, 8, 128], metavar=("HQ", "HKV", "D"))
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (the engine's block_size)")
     p.add_argument("--pool-mb", type=int, default=POOL_MB, help="KV pool size (keep it above the L3 size)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
-    if args.heads[0] % args.heads[1] or args.reps < 1 or args.pool_mb < 1:
-        p.error("HQ must be a multiple of HKV; --reps and --pool-mb must be positive")
+    if args.heads[0] % args.heads[1] or args.reps < 1 or args.pool_mb < 1 or args.block_size < 1:
+        p.error("HQ must be a multiple of HKV; --reps, --pool-mb and --block-size must be positive")
     try:
-        result = run(args.contexts, args.prefill, args.dtype, tuple(args.heads), args.reps, args.pool_mb)
+        result = run(args.contexts, args.prefill, args.dtype, tuple(args.heads), args.reps, args.pool_mb, args.block_size)
     except (RuntimeError, ValueError) as exc:
         print(f"llmchat: error: {exc}", file=sys.stderr)
         return 2

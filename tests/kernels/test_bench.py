@@ -24,8 +24,9 @@ def test_bench_json_has_all_figures(capsys):
 
 def test_bench_text_report(capsys):
     assert bench.main(["--contexts", "32", "--prefill", "32", "--heads", "2", "1", "32", "--reps", "1",
-                       "--pool-mb", "2", "--dtype", "fp32"]) == 0
+                       "--pool-mb", "2", "--dtype", "fp32", "--block-size", "8"]) == 0
     out = capsys.readouterr().out
+    assert "block_size=8" in out
     assert "memory bandwidth: read" in out and "decode attention" in out and "prefill attention" in out
     assert "one thread, context 32" in out
 
