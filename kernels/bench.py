@@ -27,8 +27,9 @@ POOL_MB = 512  # KV pool well above the L3 size, rotated between runs
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
-def _best_seconds(fn, reps: int) -> float:
-    fn()  # warm-up (page faults, thread pool start)
+def _best_seconds(fn, reps: int, warm_up: bool = True) -> float:
+    if warm_up:
+        fn()  # page faults, thread pool start
     best = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -37,30 +38,22 @@ def _best_seconds(fn, reps: int) -> float:
     return best
 
 
-def memory_bandwidth(mbytes: int = 512, reps: int = 10) -> dict:
-    """Read bandwidth (sum of a large fp32 tensor) and copy bandwidth (read + write), GB/s."""
-    x = torch.ones(mbytes << 18)  # mbytes MiB of fp32
-    y = torch.empty_like(x)
-    nbytes = x.numel() * 4
-    read = _best_seconds(lambda: x.sum(), reps)
-    copy = _best_seconds(lambda: y.copy_(x), reps)
-    return {"read_gbps": nbytes / read / 1e9, "copy_gbps": 2 * nbytes / copy / 1e9}
-
-
 class ReadProbe:
-    """Sequential read bandwidth: one timed sum over a large fp32 tensor per call (allocated once)."""
+    """Sequential read bandwidth: the best of a few timed sums over a large fp32 tensor (allocated once)."""
 
     def __init__(self, mbytes: int = POOL_MB):
-        self.x = torch.ones(mbytes << 18)
+        self.x = torch.ones(mbytes << 18)  # mbytes MiB of fp32
         self.x.sum()  # page faults and thread start outside the timing
 
     def __call__(self, passes: int = 2) -> float:
-        best = float("inf")
-        for _ in range(passes):
-            t0 = time.perf_counter()
-            self.x.sum()
-            best = min(best, time.perf_counter() - t0)
-        return self.x.numel() * 4 / best / 1e9
+        return self.x.numel() * 4 / _best_seconds(self.x.sum, passes, warm_up=False) / 1e9
+
+
+def memory_bandwidth(probe: ReadProbe, reps: int = 10) -> dict:
+    """Read bandwidth (the probe's sum) and copy bandwidth (read + write of the same tensor), GB/s."""
+    y = torch.empty_like(probe.x)
+    copy = _best_seconds(lambda: y.copy_(probe.x), reps)
+    return {"read_gbps": probe(reps), "copy_gbps": 2 * probe.x.numel() * 4 / copy / 1e9}
 
 
 class _Pool:
@@ -167,8 +160,8 @@ def run(contexts=(1024, 4096, 8192, 16384), prefill_lengths=(512, 2048), dtype: 
         raise RuntimeError(f"llmchat kernels are not built: {K.load_error()}")
     dt = DTYPES[dtype]
     hq, hkv, d = heads
-    bw = memory_bandwidth(pool_mb)
     probe = ReadProbe(pool_mb)
+    bw = memory_bandwidth(probe)
     decode = [decode_case(c, hq, hkv, d, dt, bs=block_size, reps=reps, pool_mb=pool_mb, probe=probe) for c in contexts]
     one_core = one_core_case(contexts[-1], hq, hkv, d, dt, reps, pool_mb, probe, block_size)
     del probe

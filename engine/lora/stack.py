@@ -105,11 +105,19 @@ class SiteStack:
         return grown
 
     # ---- per step (engine thread) --------------------------------------------------------------
+    def fused_tensors(self) -> list[torch.Tensor] | None:
+        """(a, packed b, rank offsets, slice offsets, slice ranks) as published now, what lora_apply takes
+        (the decoder stack too); None while no slot has LoRA on this projection."""
+        t = self.tensors
+        if t is None or not self.active or t.b_packed is None:
+            return None
+        return [t.a, t.b_packed, t.rank_offsets, self.slice_offsets_t, t.slice_ranks]
+
     def apply_fused(self, op, x: torch.Tensor, out: torch.Tensor, segments: torch.Tensor) -> None:
         """One llmchat.kernels.lora_apply (`op`) for all segments (int32 [N, 3] of (slot, start, end))."""
-        t = self.tensors
-        if t is not None and self.active:
-            op(x, out, t.a, t.b_packed, t.rank_offsets, self.slice_offsets_t, t.slice_ranks, segments)
+        tensors = self.fused_tensors()
+        if tensors is not None:
+            op(x, out, *tensors, segments)
 
     def apply(self, x: torch.Tensor, out: torch.Tensor, segments: list[tuple[int, int, int]],
               uniform: tuple[int, int, int, int] | None) -> None:

@@ -17,6 +17,11 @@ import torch
 from ..attention import AttentionMetadata, KernelAttention
 
 
+def _projections(layer) -> tuple:
+    """A decoder layer's projections in the op's order: qkv, o, gate_up, down."""
+    return layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj
+
+
 class DecoderStack:
     def __init__(self, model, layers) -> None:
         args = model.args
@@ -27,8 +32,7 @@ class DecoderStack:
         limits = []
         self.projections = []   # in the op's order: per layer qkv, o, gate_up, down (their LoRA hooks)
         for layer in layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+            attn, projections = layer.self_attn, _projections(layer)
             self.projections += projections
             self.weights += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
             self.weights += [p.small_m_weight for p in projections]
@@ -50,8 +54,7 @@ class DecoderStack:
         if kernels is None or os.environ.get("LLMCHAT_DECODER_STACK", "1") == "0":
             return None
         for layer in layers:
-            projections = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
-                           layer.mlp.down_proj)
+            projections = _projections(layer)
             if not isinstance(layer.self_attn.attn, KernelAttention):
                 return None
             if any(p.small_m_weight is None or p._small_max < 1 for p in projections):
@@ -81,13 +84,9 @@ class DecoderStack:
 
     def _lora(self, manager) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Per projection (a, packed b, rank offsets, slice offsets, slice ranks) of its adapter stack as
-        published now (LoraSite.apply reads the same), or empties where it has no LoRA."""
+        published now (SiteStack.fused_tensors, what LoraSite.apply uses too), or empties where it has none."""
         tensors = []
         for projection in self.projections:
-            stack = projection.lora.stack if projection.lora is not None else None
-            t = stack.tensors if stack is not None else None
-            if t is None or not stack.active or t.b_packed is None:
-                tensors += self.no_lora
-            else:
-                tensors += [t.a, t.b_packed, t.rank_offsets, stack.slice_offsets_t, t.slice_ranks]
+            fused = projection.lora.stack.fused_tensors() if projection.lora is not None else None
+            tensors += fused if fused is not None else self.no_lora
         return tensors, manager.segment_tensor
