@@ -21,6 +21,7 @@ class CompareColumn(Vertical):
         super().__init__(classes="compare-column")
         self.model, self.adapter = model, adapter
         self.text, self.shown, self.status = "", None, "waiting…"
+        self.retired = False   # a new run is replacing this column
 
     def compose(self):
         yield Label(Path(self.model).name + (f" + {self.adapter}" if self.adapter else ""), classes="compare-title")
@@ -29,12 +30,16 @@ class CompareColumn(Vertical):
         yield Static("", classes="compare-stats")
 
     async def sync(self) -> None:
-        if not self.query(".compare-stats"):
-            return      # not composed yet
+        """Show the latest text and stats. Skipped while not composed yet, or while a new run removes it (the
+        frame timer can reach a column whose children are half gone)."""
+        bodies, stats = self.query(".compare-body"), self.query(".compare-stats")
+        if self.retired or not bodies or not stats:
+            return
+        body, stat = bodies.first(Markdown), stats.first(Static)
         if self.text != self.shown:
             self.shown = self.text
-            await self.query_one(".compare-body", Markdown).update(self.text)
-        self.query_one(".compare-stats", Static).update(self.status)
+            await body.update(self.text)
+        stat.update(self.status)
 
 
 def parse_target(value: str) -> tuple[str, str | None]:
@@ -93,6 +98,8 @@ class CompareScreen(Screen):
                              max_tokens: int) -> None:
         self.workers.cancel_group(self, "compare")
         columns = self.query_one("#compare-columns", Horizontal)
+        for old in columns.query(CompareColumn):
+            old.retired = True
         await columns.remove_children()
         new = [CompareColumn(model, adapter) for model, adapter in targets]
         await columns.mount_all(new)
