@@ -1,4 +1,5 @@
-"""Paged attention over the KV cache layout [num_blocks, Hkv, block_size, D] (one K and one V per layer).
+"""Paged attention over a paged KV cache (one K and one V per layer), laid out [num_blocks, Hkv, block_size, D]
+or grouped [num_groups, Hkv, blocks_per_group, block_size, D] (block b = group b // G, place b % G).
 
 Two backends with the same semantics: "torch" (pure-torch reference, the oracle in tests) and "kernels"
 (llmchat.kernels). Query token i of sequence s (q_len tokens this step, seq_lens[s] tokens in total after the
@@ -37,6 +38,15 @@ def _window_mask(q_len: int, kv_len: int, window: int) -> torch.Tensor | None:
     if window > 0:
         mask &= k_pos > q_pos - window
     return mask
+
+
+def _block_index(cache: torch.Tensor, blocks: torch.Tensor) -> tuple:
+    """Index selecting blocks (any shape) from a plain or grouped cache: cache[index] is [*blocks.shape, Hkv, bs, D]."""
+    if cache.dim() == 4:
+        return (blocks,)
+    per_group = cache.shape[2]
+    # two advanced indices split by a slice: their broadcast dims come first, then Hkv, bs, D
+    return (torch.div(blocks, per_group, rounding_mode="floor"), slice(None), blocks % per_group)
 
 
 class TorchAttention:
@@ -83,27 +93,30 @@ class TorchAttention:
             blocks = torch.div(md.slot_mapping, md.block_size, rounding_mode="floor")
             where = md._torch_plan["slots"] = (blocks, md.slot_mapping - blocks * md.block_size)
         blocks, offsets = where
-        key_cache[blocks, :, offsets] = key
-        value_cache[blocks, :, offsets] = value
+        index = (*_block_index(key_cache, blocks), offsets)
+        key_cache[index] = key
+        value_cache[index] = value
 
     def forward(self, query, key_cache, value_cache, md: AttentionMetadata) -> torch.Tensor:
         """query [T, Hq, D] -> [T, Hq, D]."""
         plan = self._plan(md)
-        _, hkv, bs, d = key_cache.shape
+        hkv, bs, d = key_cache.shape[1], key_cache.shape[-2], key_cache.shape[-1]
         out = query if plan["all_decode"] else torch.empty_like(query)
         if plan["decode"] is not None:
             tokens, blocks, mask = plan["decode"]
             n = blocks.shape[0]
-            k = key_cache[blocks].transpose(1, 2).reshape(n, hkv, -1, d)
-            v = value_cache[blocks].transpose(1, 2).reshape(n, hkv, -1, d)
+            index = _block_index(key_cache, blocks)
+            k = key_cache[index].transpose(1, 2).reshape(n, hkv, -1, d)
+            v = value_cache[index].transpose(1, 2).reshape(n, hkv, -1, d)
             q = query.unsqueeze(2) if plan["all_decode"] else query.index_select(0, tokens).unsqueeze(2)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=True)
             if plan["all_decode"]:
                 return o.squeeze(2)
             out.index_copy_(0, tokens, o.squeeze(2))
         for start, q_len, kv_len, blocks, mask in plan["prefills"]:
-            k = key_cache[blocks].transpose(0, 1).reshape(hkv, -1, d)[:, :kv_len]
-            v = value_cache[blocks].transpose(0, 1).reshape(hkv, -1, d)[:, :kv_len]
+            index = _block_index(key_cache, blocks)
+            k = key_cache[index].transpose(0, 1).reshape(hkv, -1, d)[:, :kv_len]
+            v = value_cache[index].transpose(0, 1).reshape(hkv, -1, d)[:, :kv_len]
             q = query[start:start + q_len].transpose(0, 1)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
                                                scale=self.scale, enable_gqa=True)

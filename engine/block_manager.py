@@ -3,12 +3,19 @@
 A full, computed block is registered under a chained hash of (parent block's hash, its token ids,
 adapter key). A later sequence whose leading full blocks hash the same reuses them (ref count + 1)
 instead of recomputing. Freed blocks keep their contents and hash: they sit in an LRU and are evicted
-(oldest first) only when a fresh block is needed, so an earlier turn or a shared system prompt stays
-reusable for as long as memory allows.
+(least recently freed first, see _fresh_block) only when no never-cached block is left, so an earlier
+turn or a shared system prompt stays reusable for as long as memory allows.
+
+Blocks are grouped blocks_per_group at a time: the KV cache is laid out [group, kv head, block in
+group, token, dim], so for one head the blocks of a group sit side by side. Decode attention reads a
+sequence's blocks in order, and consecutive ids of one group are then one contiguous run instead of
+scattered pieces (faster). So the allocator gives a sequence the block after its last one when that
+is free, else starts it in an untouched group; sharing and hashing stay per block. With
+blocks_per_group=1 every block is its own group and this is plain FIFO allocation and LRU eviction.
 """
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
 from .sequence import Sequence
 
@@ -30,15 +37,24 @@ class Block:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 blocks_per_group: int = 1):
         if num_blocks <= 0:
             raise ValueError(f"the KV cache needs at least one block, got {num_blocks}")
+        if not isinstance(blocks_per_group, int) or blocks_per_group < 1:
+            raise ValueError(f"blocks_per_group must be an integer >= 1, got {blocks_per_group!r}")
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.enable_prefix_caching = enable_prefix_caching
+        self.blocks_per_group = blocks_per_group
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_ids: deque[int] = deque(range(num_blocks))          # never cached or invalidated
+        # The free pool: never cached (or invalidated); FIFO, and O(1) removal of a chosen id.
+        self.free_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.evictable: OrderedDict[int, None] = OrderedDict()          # cached, unreferenced; oldest first
+        # Group bookkeeping over the free pool only (an evictable block still holds reusable KV).
+        num_groups = -(-num_blocks // blocks_per_group)                  # the last group may be partial
+        self.group_free = [self.group_size(g) for g in range(num_groups)]  # free-pool blocks per group
+        self.empty_groups: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_groups))  # all free; FIFO
         self.hash_to_block: dict[int, int] = {}
         self.hit_tokens = 0      # prompt tokens served from the cache
         self.query_tokens = 0    # prompt tokens looked up
@@ -51,6 +67,9 @@ class BlockManager:
     @property
     def num_used_blocks(self) -> int:
         return self.num_blocks - self.num_free_blocks
+
+    def group_size(self, group: int) -> int:
+        return min(self.blocks_per_group, self.num_blocks - group * self.blocks_per_group)
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -116,7 +135,7 @@ class BlockManager:
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
         """Extend seq's block table to hold num_new_tokens more tokens (caller checked can_allocate)."""
         for _ in range(self.num_new_blocks(seq, num_new_tokens)):
-            seq.block_table.append(self._fresh_block())
+            seq.block_table.append(self._fresh_block(seq.block_table[-1] if seq.block_table else None))
 
     def free(self, seq: Sequence) -> None:
         """Drop seq's references. Tail blocks go first so they are evicted before the shared prefix."""
@@ -127,7 +146,7 @@ class BlockManager:
                 if block.hash is not None:
                     self.evictable[block_id] = None
                 else:
-                    self.free_ids.append(block_id)
+                    self._release(block_id)
         seq.block_table = []
         seq.block_hashes = []
         seq.num_computed_tokens = 0
@@ -137,7 +156,7 @@ class BlockManager:
         while self.evictable:
             block_id, _ = self.evictable.popitem(last=False)
             self._uncache(self.blocks[block_id])
-            self.free_ids.append(block_id)
+            self._release(block_id)
 
     @property
     def hit_rate(self) -> float:
@@ -149,17 +168,53 @@ class BlockManager:
             self.evictable.pop(block.block_id, None)
         block.ref_count += 1
 
-    def _fresh_block(self) -> int:
+    def _fresh_block(self, last: int | None = None) -> int:
+        """A block to follow `last` (a sequence's last block; None if it has none yet).
+
+        Prefers last + 1 in the same group (the run goes on), then the first block of the oldest empty
+        group (room for a new run), then any free block. Cached blocks are evicted only once the free
+        pool is empty, and in ascending id order within a group so runs form there too.
+        """
+        per_group = self.blocks_per_group
+        after = last + 1 if last is not None and (last + 1) % per_group else None   # same group only
         if self.free_ids:
-            block_id = self.free_ids.popleft()
+            if after in self.free_ids:
+                block_id = after
+            elif self.empty_groups:
+                block_id = next(iter(self.empty_groups)) * per_group
+            else:
+                block_id = next(iter(self.free_ids))              # fragmented: oldest free block
+            self._claim(block_id)
         elif self.evictable:
-            block_id, _ = self.evictable.popitem(last=False)   # least recently freed
+            block_id = after
+            if block_id not in self.evictable:
+                # The least recently freed block's group; a sequence frees tail first, so its lowest
+                # evictable block is one LRU would soon take anyway, and ascending order keeps a run.
+                first = next(iter(self.evictable)) // per_group * per_group
+                block_id = next(b for b in range(first, first + per_group) if b in self.evictable)
+            del self.evictable[block_id]
             self._uncache(self.blocks[block_id])
         else:
             raise RuntimeError("KV cache out of blocks (the scheduler should have preempted)")
         block = self.blocks[block_id]
         block.ref_count = 1
         return block_id
+
+    def _claim(self, block_id: int) -> None:
+        """Take a block out of the free pool."""
+        del self.free_ids[block_id]
+        group = block_id // self.blocks_per_group
+        if self.group_free[group] == self.group_size(group):
+            del self.empty_groups[group]
+        self.group_free[group] -= 1
+
+    def _release(self, block_id: int) -> None:
+        """Put an uncached, unreferenced block back in the free pool."""
+        self.free_ids[block_id] = None
+        group = block_id // self.blocks_per_group
+        self.group_free[group] += 1
+        if self.group_free[group] == self.group_size(group):
+            self.empty_groups[group] = None
 
     def _uncache(self, block: Block) -> None:
         if block.hash is not None and self.hash_to_block.get(block.hash) == block.block_id:

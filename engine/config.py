@@ -10,7 +10,8 @@ class EngineConfig:
     model_path: Path
     dtype: str = "auto"                  # "auto" (config's torch_dtype, bf16 if fp16 unsupported), "float32", "bfloat16", "float16"
     kv_cache_gb: float | None = None     # None: derived from free RAM (see block manager sizing)
-    block_size: int = 16                 # tokens per KV block
+    block_size: int = 16                 # tokens per KV block (the prefix cache's unit of reuse)
+    kv_blocks_per_group: int | None = None  # blocks stored as one run per kv head; None: 64 tokens' worth
     enable_prefix_caching: bool = True
     max_num_seqs: int = 64               # running sequences at most
     max_num_batched_tokens: int = 512    # token budget per step (decodes + prefill chunks)
@@ -28,6 +29,12 @@ class EngineConfig:
             raise ValueError(f"attention_backend must be 'kernels' or 'torch', got {self.attention_backend!r}")
         if self.block_size <= 0 or self.block_size % 8:
             raise ValueError(f"block_size must be a positive multiple of 8, got {self.block_size}")
+        if self.kv_blocks_per_group is None:
+            # decode attention reads a sequence's K/V per head: 64-token runs stream at ~27 GB/s here,
+            # 16-token pieces at ~21 (kernels/bench.py --block-size)
+            self.kv_blocks_per_group = max(1, 64 // self.block_size)
+        if self.kv_blocks_per_group <= 0:
+            raise ValueError(f"kv_blocks_per_group must be positive, got {self.kv_blocks_per_group}")
         if self.kv_cache_gb is not None and self.kv_cache_gb <= 0:
             raise ValueError(f"kv_cache_gb must be > 0, got {self.kv_cache_gb}")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:

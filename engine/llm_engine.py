@@ -50,7 +50,8 @@ class LLMEngine:
             self.max_model_len)
         self.runner.allocate_kv_cache(num_blocks)
         _return_freed_memory()   # loading leaves freed fp32 staging buffers in the heap
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching,
+                                          config.kv_blocks_per_group)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
         self.metrics = EngineMetrics(num_blocks, self.kv_cache_gb)

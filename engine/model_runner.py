@@ -86,10 +86,14 @@ class ModelRunner:
         return 2 * a.num_layers * a.num_kv_heads * self.block_size * a.head_dim * self.dtype.itemsize
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
-        """One zeroed tensor [layers, 2, num_blocks, Hkv, block_size, D] in huge-page backed memory (see
-        kernels/memory.py); per-layer K and V are views."""
+        """One zeroed tensor [layers, 2, groups, Hkv, blocks_per_group, block_size, D] in huge-page backed
+        memory (see kernels/memory.py); per-layer K and V are views. Block b is group b // blocks_per_group:
+        a sequence holding consecutive blocks of a group has each head's K/V in one run (the block manager
+        hands them out that way). The last group may hold a few blocks the block manager never uses."""
         a = self.args
-        cache = huge_page_zeros((a.num_layers, 2, num_blocks, a.num_kv_heads, self.block_size, a.head_dim),
+        per_group = self.config.kv_blocks_per_group
+        groups = -(-num_blocks // per_group)
+        cache = huge_page_zeros((a.num_layers, 2, groups, a.num_kv_heads, per_group, self.block_size, a.head_dim),
                                 self.dtype)
         self.key_caches = [cache[i, 0] for i in range(a.num_layers)]
         self.value_caches = [cache[i, 1] for i in range(a.num_layers)]

@@ -1,8 +1,13 @@
 """Kernel benchmark: paged decode attention as GB/s of KV read next to this machine's memory bandwidth
 (measured in the same run), the same work through torch SDPA on gathered K/V, and prefill GFLOP/s.
 
-    python -m llmchat.kernels.bench [--contexts 1024 4096 8192] [--block-size 16] [--json]
+    python -m llmchat.kernels.bench [--contexts 1024 4096 8192] [--block-size 16] [--blocks-per-group 4] [--json]
     llmchat bench --kernels   (calls main)
+
+The KV pool has the engine's layout: blocks grouped [groups, Hkv, blocks_per_group, block_size, D], each
+sequence holding whole groups (its consecutive blocks: what the engine's block manager hands a sequence
+while empty groups exist), the groups scattered over the pool in random order. --blocks-per-group 1 gives
+every block its own random place.
 
 Every decode run reads K/V blocks that are not in the last-level cache (the pool is rotated), so the
 GB/s figure is a DRAM figure. Each figure is the best of several runs (kernel, SDPA and the bandwidth
@@ -39,38 +44,57 @@ def _best_seconds(fn, reps: int, warm_up: bool = True) -> float:
 
 
 class ReadProbe:
-    """Sequential read bandwidth: the best of a few timed sums over a large fp32 tensor (allocated once)."""
+    """Sequential read bandwidth over a large fp32 tensor (allocated once): the best of a few timed sums,
+    through torch's sum and through the kernels' vector-load sum (read_sum), whichever reads faster."""
 
     def __init__(self, mbytes: int = POOL_MB):
+        import llmchat.kernels as K
+
         self.x = torch.ones(mbytes << 18)  # mbytes MiB of fp32
-        self.x.sum()  # page faults and thread start outside the timing
+        advise_huge_pages(self.x)
+        self.readers = {"torch_sum": self.x.sum, "read_sum": lambda: K.read_sum(self.x)}
+        for read in self.readers.values():
+            read()  # page faults and thread start outside the timing
+
+    def gbps(self, reader: str, passes: int) -> float:
+        return self.x.numel() * 4 / _best_seconds(self.readers[reader], passes, warm_up=False) / 1e9
 
     def __call__(self, passes: int = 2) -> float:
-        return self.x.numel() * 4 / _best_seconds(self.x.sum, passes, warm_up=False) / 1e9
+        return max(self.gbps(name, passes) for name in self.readers)
 
 
 def memory_bandwidth(probe: ReadProbe, reps: int = 10) -> dict:
-    """Read bandwidth (the probe's sum) and copy bandwidth (read + write of the same tensor), GB/s."""
+    """Read bandwidth (the faster probe, and each one) and copy bandwidth (read + write of one tensor), GB/s."""
     y = torch.empty_like(probe.x)
     copy = _best_seconds(lambda: y.copy_(probe.x), reps)
-    return {"read_gbps": probe(reps), "copy_gbps": 2 * probe.x.numel() * 4 / copy / 1e9}
+    each = {f"{name}_gbps": probe.gbps(name, reps) for name in probe.readers}
+    return {"read_gbps": max(each.values()), **each, "copy_gbps": 2 * probe.x.numel() * 4 / copy / 1e9}
+
+
+def default_blocks_per_group(block_size: int) -> int:
+    """The engine's default (EngineConfig.kv_blocks_per_group): 64 tokens' worth of blocks per group."""
+    return max(1, 64 // block_size)
 
 
 class _Pool:
     """A paged KV cache large enough that consecutive runs touch different (cold) blocks."""
 
-    def __init__(self, ctx: int, batch: int, hkv: int, d: int, bs: int, dtype: torch.dtype, pool_mb: int):
+    def __init__(self, ctx: int, batch: int, hkv: int, d: int, bs: int, dtype: torch.dtype, pool_mb: int,
+                 per_group: int = 1):
         block_bytes = hkv * bs * d * torch.tensor([], dtype=dtype).element_size()
-        per_run = batch * ((ctx + bs - 1) // bs)
+        groups_per_seq = -(-ctx // (bs * per_group))
+        per_run = batch * groups_per_seq * per_group
         self.runs = max(1, (pool_mb << 20) // (2 * block_bytes * per_run))
-        num_blocks = self.runs * per_run
+        num_groups = self.runs * per_run // per_group
         # Allocated untouched, hinted to huge pages, then filled (what an engine's KV cache should do).
-        self.key = torch.empty(num_blocks, hkv, bs, d, dtype=dtype)
+        self.key = torch.empty(num_groups, hkv, per_group, bs, d, dtype=dtype)
         self.value = torch.empty_like(self.key)
         self.huge_pages = advise_huge_pages(self.key) and advise_huge_pages(self.value)
         self.key.normal_()
         self.value.normal_()
-        ids = torch.randperm(num_blocks).to(torch.int32)
+        # each sequence: whole groups in random places, its blocks consecutive within each group
+        first_blocks = torch.randperm(num_groups) * per_group
+        ids = (first_blocks[:, None] + torch.arange(per_group)).flatten().to(torch.int32)
         self.tables = ids.view(self.runs, batch, per_run // batch)
         self.next = 0
 
@@ -80,18 +104,23 @@ class _Pool:
 
 
 def _gather(cache: torch.Tensor, table: torch.Tensor, ctx: int) -> torch.Tensor:
-    """[num_blocks, Hkv, bs, D] + block ids -> [Hkv, ctx, D] (what a torch-only engine must do)."""
-    blocks = cache[table.long()]
-    return blocks.permute(1, 0, 2, 3).reshape(cache.shape[1], -1, cache.shape[3])[:, :ctx]
+    """[groups, Hkv, G, bs, D] or [blocks, Hkv, bs, D] + block ids -> [Hkv, ctx, D] (what a torch-only engine must do)."""
+    cache = cache.unsqueeze(2) if cache.dim() == 4 else cache
+    table = table.long()
+    per_group = cache.shape[2]
+    blocks = cache[table // per_group, :, table % per_group]  # [n, Hkv, bs, D]
+    return blocks.permute(1, 0, 2, 3).reshape(cache.shape[1], -1, cache.shape[-1])[:, :ctx]
 
 
 def decode_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int = 16, batch: int = 1,
-                reps: int = 20, pool_mb: int = POOL_MB, probe: ReadProbe | None = None, pairs: int = 5) -> dict:
+                reps: int = 20, pool_mb: int = POOL_MB, probe: ReadProbe | None = None, pairs: int = 5,
+                per_group: int | None = None) -> dict:
     """Decode attention over a cold paged pool; with a probe, also its share of read bandwidth, as the
     median of `pairs` (kernel, probe) measurements taken back to back."""
     import llmchat.kernels as K
 
-    pool = _Pool(ctx, batch, hkv, d, bs, dtype, pool_mb)
+    per_group = default_blocks_per_group(bs) if per_group is None else per_group
+    pool = _Pool(ctx, batch, hkv, d, bs, dtype, pool_mb, per_group)
     q = torch.randn(batch, hq, d).to(dtype)
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32)
     qsl = torch.arange(batch + 1, dtype=torch.int32)
@@ -152,7 +181,8 @@ def prefill_case(length: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs:
 
 
 def run(contexts=(1024, 4096, 8192, 16384), prefill_lengths=(512, 2048), dtype: str = "bf16",
-        heads=(32, 8, 128), reps: int = 20, pool_mb: int = POOL_MB, block_size: int = 16) -> dict:
+        heads=(32, 8, 128), reps: int = 20, pool_mb: int = POOL_MB, block_size: int = 16,
+        blocks_per_group: int | None = None) -> dict:
     """All figures as a dict (what --json prints)."""
     import llmchat.kernels as K
 
@@ -162,29 +192,35 @@ def run(contexts=(1024, 4096, 8192, 16384), prefill_lengths=(512, 2048), dtype: 
     hq, hkv, d = heads
     probe = ReadProbe(pool_mb)
     bw = memory_bandwidth(probe)
-    decode = [decode_case(c, hq, hkv, d, dt, bs=block_size, reps=reps, pool_mb=pool_mb, probe=probe) for c in contexts]
-    one_core = one_core_case(contexts[-1], hq, hkv, d, dt, reps, pool_mb, probe, block_size)
+    per_group = default_blocks_per_group(block_size) if blocks_per_group is None else blocks_per_group
+    decode = [decode_case(c, hq, hkv, d, dt, bs=block_size, reps=reps, pool_mb=pool_mb, probe=probe, per_group=per_group)
+              for c in contexts]
+    one_core = one_core_case(contexts[-1], hq, hkv, d, dt, reps, pool_mb, probe, block_size, per_group)
     del probe
     prefill = [prefill_case(n, hq, hkv, d, dt, bs=block_size) for n in prefill_lengths]
-    return {"isa": K.isa(), "threads": torch.get_num_threads(), "block_size": block_size, "bandwidth": bw,
+    return {"isa": K.isa(), "threads": torch.get_num_threads(), "block_size": block_size,
+            "blocks_per_group": per_group, "bandwidth": bw,
             "decode": decode, "one_core": one_core, "prefill": prefill}
 
 
 def one_core_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, reps: int, pool_mb: int,
-                  probe: ReadProbe, block_size: int = 16) -> dict:
+                  probe: ReadProbe, block_size: int = 16, per_group: int | None = None) -> dict:
     """Decode attention and read bandwidth on one thread: how close one core's stream comes to its own limit."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return decode_case(ctx, hq, hkv, d, dtype, bs=block_size, reps=reps, pool_mb=pool_mb, probe=probe)
+        return decode_case(ctx, hq, hkv, d, dtype, bs=block_size, reps=reps, pool_mb=pool_mb, probe=probe,
+                           per_group=per_group)
     finally:
         torch.set_num_threads(threads)
 
 
 def format_report(r: dict) -> str:
     bw = r["bandwidth"]
-    lines = [f"llmchat kernels: isa={r['isa']} threads={r['threads']} block_size={r['block_size']}",
-             f"memory bandwidth: read {bw['read_gbps']:.1f} GB/s, copy {bw['copy_gbps']:.1f} GB/s",
+    lines = [f"llmchat kernels: isa={r['isa']} threads={r['threads']} block_size={r['block_size']} "
+             f"blocks_per_group={r['blocks_per_group']}",
+             f"memory bandwidth: read {bw['read_gbps']:.1f} GB/s (torch sum {bw['torch_sum_gbps']:.1f}, vector-load "
+             f"sum {bw['read_sum_gbps']:.1f}; the faster one is the 'read' below), copy {bw['copy_gbps']:.1f} GB/s",
              "decode attention (1 query token, paged KV, cold cache; '% of it': median of 5 kernel/probe pairs "
              "taken back to back):",
              f"  {'context':>7} {'heads':>10} {'dtype':>8} {'ms':>8} {'KV GB/s':>8} {'read GB/s':>9} {'% of it':>7} "
@@ -212,13 +248,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", type=int, nargs=3, default=[32, 8, 128], metavar=("HQ", "HKV", "D"))
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (the engine's block_size)")
+    p.add_argument("--blocks-per-group", type=int, default=None,
+                   help="KV blocks stored as one run per head (default: the engine's, 64 tokens' worth; 1: none)")
     p.add_argument("--pool-mb", type=int, default=POOL_MB, help="KV pool size (keep it above the L3 size)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
-    if args.heads[0] % args.heads[1] or args.reps < 1 or args.pool_mb < 1 or args.block_size < 1:
-        p.error("HQ must be a multiple of HKV; --reps, --pool-mb and --block-size must be positive")
+    if (args.heads[0] % args.heads[1] or args.reps < 1 or args.pool_mb < 1 or args.block_size < 1
+            or (args.blocks_per_group is not None and args.blocks_per_group < 1)):
+        p.error("HQ must be a multiple of HKV; --reps, --pool-mb, --block-size and --blocks-per-group must be positive")
     try:
-        result = run(args.contexts, args.prefill, args.dtype, tuple(args.heads), args.reps, args.pool_mb, args.block_size)
+        result = run(args.contexts, args.prefill, args.dtype, tuple(args.heads), args.reps, args.pool_mb, args.block_size,
+                     args.blocks_per_group)
     except (RuntimeError, ValueError) as exc:
         print(f"llmchat: error: {exc}", file=sys.stderr)
         return 2

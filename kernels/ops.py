@@ -26,7 +26,9 @@ def paged_attention(
 ) -> torch.Tensor:
     """Causal attention of a varlen batch over a paged KV cache (decode, prefill, chunked, prefix hits).
 
-    query [T, Hq, D]; caches [num_blocks, Hkv, block_size, D]; block_tables int32 [S, max_blocks];
+    query [T, Hq, D]; caches [num_blocks, Hkv, block_size, D] or, grouped so that a sequence's consecutive
+    blocks of a group are one run per head, [num_groups, Hkv, blocks_per_group, block_size, D] (block b is
+    group b // blocks_per_group, position b % blocks_per_group); block_tables int32 [S, max_blocks];
     seq_lens int32 [S] (tokens after this step); query_start_loc int32 [S + 1]. Returns out [T, Hq, D].
     """
     ops = _ops()
@@ -78,3 +80,9 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
         out = torch.empty(x.shape[0], x.shape[1] // 2, dtype=x.dtype, device=x.device)
     ops.silu_and_mul(x, out)
     return out
+
+
+def read_sum(x: torch.Tensor) -> float:
+    """Sum of a contiguous fp32 tensor, read with vector loads on every thread: the benchmark's memory
+    read probe (the fastest plain read of memory this code does, next to which the kernels are measured)."""
+    return _ops().read_sum(x)

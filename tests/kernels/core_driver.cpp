@@ -29,7 +29,8 @@ template <typename T> void expect_close(const char* what, const std::vector<T>& 
 template <typename T> float tol() { return sizeof(T) == 4 ? 2e-5f : (std::is_same_v<T, bf16_t> ? 1.6e-2f : 2e-3f); }
 
 template <typename T>
-void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, int>> seqs, int window, const Runtime& rt) {
+void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, int>> seqs, int window, const Runtime& rt,
+                     int bpg = 1) {
   int max_blocks = 0, total_blocks = 0, T_ = 0;
   for (auto [q, ctx] : seqs) max_blocks = std::max(max_blocks, (ctx + bs - 1) / bs), total_blocks += (ctx + bs - 1) / bs, T_ += q;
   std::vector<int32_t> tables(seqs.size() * max_blocks, 0), lens, qsl{0};
@@ -39,7 +40,8 @@ void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, 
     lens.push_back(seqs[s].second);
     qsl.push_back(qsl.back() + seqs[s].first);
   }
-  auto kc = random_vec<T>(size_t(total_blocks) * hkv * bs * D), vc = random_vec<T>(kc.size()), q = random_vec<T>(size_t(T_) * hq * D);
+  const int cache_blocks = (total_blocks + bpg - 1) / bpg * bpg;  // whole groups
+  auto kc = random_vec<T>(size_t(cache_blocks) * hkv * bs * D), vc = random_vec<T>(kc.size()), q = random_vec<T>(size_t(T_) * hq * D);
   std::vector<T> out(q.size()), want(q.size());
   PagedAttentionArgs a;
   a.dtype = dtype_of<T>();
@@ -48,13 +50,14 @@ void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, 
   a.o_stride_token = int64_t(hq) * D, a.o_stride_head = D;
   a.block_tables = tables.data(), a.bt_stride = max_blocks, a.seq_lens = lens.data(), a.query_start_loc = qsl.data();
   a.num_seqs = int(seqs.size()), a.num_q_heads = hq, a.num_kv_heads = hkv, a.head_size = D, a.block_size = bs;
-  a.scale = 1.0f / std::sqrt(float(D)), a.sliding_window = window;
+  a.blocks_per_group = bpg, a.scale = 1.0f / std::sqrt(float(D)), a.sliding_window = window;
   a.out = out.data();
   paged_attention(a, rt);
   a.out = want.data();
   reference::paged_attention<T>(a);
   char name[128];
-  std::snprintf(name, sizeof name, "attention hq=%d hkv=%d D=%d bs=%d window=%d threads=%d", hq, hkv, D, bs, window, rt.num_threads);
+  std::snprintf(name, sizeof name, "attention hq=%d hkv=%d D=%d bs=%d bpg=%d window=%d threads=%d", hq, hkv, D, bs, bpg, window,
+                rt.num_threads);
   expect_close(name, out, want, tol<T>());
 }
 
@@ -103,15 +106,15 @@ void check_small_ops() {
 }
 
 template <typename T>
-void check_cache_ops() {
-  const int nb = 6, hkv = 2, bs = 4, D = 32, n = 7;
+void check_cache_ops(int bpg) {
+  const int nb = 6, hkv = 2, bs = 4, D = 32, n = 7;  // nb: whole groups for bpg 1, 2, 3, 6
   auto key = random_vec<T>(n * hkv * D), value = random_vec<T>(n * hkv * D);
   std::vector<T> kc(nb * hkv * bs * D), vc(kc.size()), kc2(kc.size()), vc2(kc.size());
   std::vector<int64_t> slots{5, 0, -1, 23, 9, 10, 1};
   WriteKvArgs a;
   a.elem_size = sizeof(T), a.key = key.data(), a.value = value.data(), a.slot_mapping = slots.data();
   a.k_stride_token = a.v_stride_token = hkv * D, a.k_stride_head = a.v_stride_head = D;
-  a.num_tokens = n, a.num_kv_heads = hkv, a.head_size = D, a.block_size = bs;
+  a.num_tokens = n, a.num_kv_heads = hkv, a.head_size = D, a.block_size = bs, a.blocks_per_group = bpg;
   a.key_cache = kc.data(), a.value_cache = vc.data();
   write_kv_cache(a, serial_runtime());
   a.key_cache = kc2.data(), a.value_cache = vc2.data();
@@ -120,11 +123,26 @@ void check_cache_ops() {
   expect_close("write_kv_cache v", vc, vc2, 0.f);
   std::vector<int64_t> map{0, 3, 5, 1};
   void *k1[] = {kc.data()}, *v1[] = {vc.data()}, *k2[] = {kc2.data()}, *v2[] = {vc2.data()};
-  const int64_t block_bytes = int64_t(hkv) * bs * D * sizeof(T);
-  copy_blocks(k1, v1, 1, block_bytes, map.data(), 2, chunked(2));
-  reference::copy_blocks(k2, v2, 1, block_bytes, map.data(), 2);
+  const KvCacheLayout layout{hkv, bs, D, bpg};
+  copy_blocks(k1, v1, 1, layout, sizeof(T), map.data(), 2, chunked(2));
+  reference::copy_blocks(k2, v2, 1, layout, sizeof(T), map.data(), 2);
   expect_close("copy_blocks k", kc, kc2, 0.f);
   expect_close("copy_blocks v", vc, vc2, 0.f);
+}
+
+// The bandwidth probe's sum: odd lengths (a partial last chunk and a scalar tail), several threads.
+void check_read_sum() {
+  for (int64_t n : {int64_t(1), int64_t(63), int64_t(70000), int64_t(3 << 16) + 5}) {
+    std::vector<float> x(n);
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i) x[i] = float(i % 7) - 2.5f, want += x[i];
+    const float got = read_sum(x.data(), n, chunked(3));
+    ++checks;
+    if (!(std::fabs(got - want) <= 1e-4 * (1.0 + std::fabs(want) + n))) {
+      ++failures;
+      std::printf("FAIL read_sum n=%lld: %g vs %g\n", (long long)n, got, want);
+    }
+  }
 }
 
 template <typename T>
@@ -137,8 +155,11 @@ void check_all() {
   for (int bs : {1, 5, 32}) check_attention<T>(4, 2, 32, bs, {{1, bs}, {2, bs + 1}, {bs, 3 * bs}}, -1, one);
   for (int window : {1, 9, 64}) check_attention<T>(4, 2, 64, 16, {{1, 600}, {30, 30}, {8, 90}}, window, four);
   check_attention<T>(4, 1, 128, 16, {{1, 1500}}, -1, four);  // flash-decoding split + merge
+  for (int bpg : {2, 4})  // grouped caches: blocks of a group share a run per head
+    check_attention<T>(8, 2, 128, 16, {{1, 300}, {7, 70}, {1, 1}, {1, 1500}}, -1, four, bpg);
+  check_attention<T>(9, 3, 64, 8, {{1, 97}, {12, 40}}, 32, one, 3);
   check_small_ops<T>();
-  check_cache_ops<T>();
+  for (int bpg : {1, 3}) check_cache_ops<T>(bpg);
 }
 
 int main() {
@@ -147,6 +168,7 @@ int main() {
   check_all<float>();
   check_all<bf16_t>();
   check_all<fp16_t>();
+  check_read_sum();
   std::printf("%s %d checks, %d failed\n", failures ? "FAILED" : "ok", checks, failures);
   return failures ? 1 : 0;
 }

@@ -9,7 +9,7 @@ import torch
 @dataclass
 class PagedBatch:
     query: torch.Tensor          # [T, Hq, D]
-    key_cache: torch.Tensor      # [num_blocks, Hkv, bs, D]
+    key_cache: torch.Tensor      # [num_blocks, Hkv, bs, D] or grouped [num_groups, Hkv, blocks_per_group, bs, D]
     value_cache: torch.Tensor
     block_tables: torch.Tensor   # int32 [S, max_blocks]
     seq_lens: torch.Tensor       # int32 [S]
@@ -22,12 +22,14 @@ class PagedBatch:
 
 
 def make_batch(seqs: list[tuple[int, int]], num_q_heads: int, num_kv_heads: int, head_size: int, block_size: int,
-               dtype: torch.dtype, seed: int = 0, extra_blocks: int = 3) -> PagedBatch:
-    """seqs: (q_len, seq_len) per sequence. Blocks are handed out in a shuffled order, like a real cache."""
+               dtype: torch.dtype, seed: int = 0, extra_blocks: int = 3, blocks_per_group: int = 1,
+               shuffled: bool = True) -> PagedBatch:
+    """seqs: (q_len, seq_len) per sequence. Blocks are handed out in a shuffled order, like a real cache
+    (shuffled=False: in order, so each sequence holds runs of consecutive blocks)."""
     gen = torch.Generator().manual_seed(seed)
     blocks_per_seq = [(ctx + block_size - 1) // block_size for _, ctx in seqs]
-    num_blocks = sum(blocks_per_seq) + extra_blocks
-    order = torch.randperm(num_blocks, generator=gen).to(torch.int32)
+    num_blocks = -(-(sum(blocks_per_seq) + extra_blocks) // blocks_per_group) * blocks_per_group
+    order = (torch.randperm(num_blocks, generator=gen) if shuffled else torch.arange(num_blocks)).to(torch.int32)
     max_blocks = max(blocks_per_seq) + 1
     tables = torch.full((len(seqs), max_blocks), -7, dtype=torch.int32)  # junk past the used blocks
     used = 0
@@ -35,6 +37,8 @@ def make_batch(seqs: list[tuple[int, int]], num_q_heads: int, num_kv_heads: int,
         tables[s, :n] = order[used:used + n]
         used += n
     shape = (num_blocks, num_kv_heads, block_size, head_size)
+    if blocks_per_group > 1:
+        shape = (num_blocks // blocks_per_group, num_kv_heads, blocks_per_group, block_size, head_size)
     key_cache = torch.randn(shape, generator=gen).to(dtype)
     value_cache = torch.randn(shape, generator=gen).to(dtype)
     q_lens = [q for q, _ in seqs]
@@ -45,8 +49,17 @@ def make_batch(seqs: list[tuple[int, int]], num_q_heads: int, num_kv_heads: int,
     return PagedBatch(query, key_cache, value_cache, tables, seq_lens, qsl, head_size ** -0.5)
 
 
+def plain_blocks(cache: torch.Tensor) -> torch.Tensor:
+    """Any cache as [num_blocks, Hkv, bs, D] (a copy for a grouped one): block b = group b // G, place b % G."""
+    if cache.dim() == 4:
+        return cache
+    groups, hkv, per_group, bs, d = cache.shape
+    return cache.transpose(1, 2).reshape(groups * per_group, hkv, bs, d)
+
+
 def gather_kv(cache: torch.Tensor, table: torch.Tensor, seq_len: int) -> torch.Tensor:
     """The first seq_len tokens of a sequence from the paged cache: [seq_len, Hkv, D]."""
+    cache = plain_blocks(cache)
     bs = cache.shape[2]
     n = (seq_len + bs - 1) // bs
     blocks = cache[table[:n].long()]  # [n, Hkv, bs, D]

@@ -32,6 +32,7 @@ def attention(b, **over):
     (lambda b: {"block_tables": torch.full_like(b.block_tables, 99)}, "is not a block of the cache"),
     (lambda b: {"value_cache": b.value_cache[:, :1]}, "value_cache must be contiguous"),
     (lambda b: {"key_cache": b.key_cache.transpose(1, 2)}, "key_cache must be contiguous"),
+    (lambda b: {"key_cache": b.key_cache[0], "value_cache": b.value_cache[0]}, "key_cache must be [num_blocks"),
     (lambda b: {"sliding_window": 0}, "sliding_window must be -1"),
     (lambda b: {"scale": 0.0}, "scale must be positive"),
 ])

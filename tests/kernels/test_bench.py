@@ -11,7 +11,9 @@ def test_bench_json_has_all_figures(capsys):
                        "--pool-mb", "4", "--json"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["isa"] and report["bandwidth"]["read_gbps"] > 0
+    bw = report["bandwidth"]
+    assert report["isa"] and bw["read_gbps"] == max(bw["torch_sum_gbps"], bw["read_sum_gbps"]) > 0
+    assert report["block_size"] == 16 and report["blocks_per_group"] == 4  # the engine's defaults
     assert [row["context"] for row in report["decode"]] == [64, 300]
     for row in report["decode"]:
         assert row["kv_gbps"] > 0 and row["speedup_vs_sdpa"] > 0 and row["pct_of_read_bw"] > 0
@@ -26,7 +28,7 @@ def test_bench_text_report(capsys):
     assert bench.main(["--contexts", "32", "--prefill", "32", "--heads", "2", "1", "32", "--reps", "1",
                        "--pool-mb", "2", "--dtype", "fp32", "--block-size", "8"]) == 0
     out = capsys.readouterr().out
-    assert "block_size=8" in out
+    assert "block_size=8 blocks_per_group=8" in out  # 64 tokens' worth, as in the engine
     assert "memory bandwidth: read" in out and "decode attention" in out and "prefill attention" in out
     assert "one thread, context 32" in out
 
@@ -36,3 +38,24 @@ def test_bench_rejects_bad_heads():
 
     with pytest.raises(SystemExit):
         bench.main(["--heads", "5", "2", "64"])
+
+
+def test_pool_gives_each_sequence_whole_groups_in_random_places():
+    import torch
+
+    pool = bench._Pool(ctx=200, batch=3, hkv=2, d=16, bs=16, dtype=torch.float32, pool_mb=1, per_group=4)
+    assert pool.key.shape[2:] == (4, 16, 16)  # [groups, Hkv, blocks_per_group, block_size, D]
+    runs = pool.tables.reshape(-1, 4)
+    assert torch.equal(runs % 4, torch.arange(4).expand_as(runs))   # each group's blocks, in order
+    firsts = runs[:, 0]
+    assert firsts.unique().numel() == firsts.numel() == pool.key.shape[0]  # every group used once
+    assert not torch.equal(firsts, firsts.sort().values)               # scattered, not the identity
+
+
+def test_read_sum_matches_torch():
+    import torch
+
+    import llmchat.kernels as K
+
+    x = torch.randn(3 * 65536 + 17)
+    assert abs(K.read_sum(x) - x.double().sum().item()) < 1e-2

@@ -37,6 +37,33 @@ def test_write_kv_cache_from_fused_qkv_views():
     assert torch.equal(kc[0].transpose(0, 1), key) and torch.equal(vc[0].transpose(0, 1), value)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_write_kv_cache_grouped_layout(dtype):
+    groups, hkv, per_group, bs, d, tokens = 3, 2, 4, 8, 32, 40
+    kc = torch.zeros(groups, hkv, per_group, bs, d, dtype=dtype)
+    vc = torch.zeros_like(kc)
+    key, value = torch.randn(tokens, hkv, d).to(dtype), torch.randn(tokens, hkv, d).to(dtype)
+    slots = torch.randperm(groups * per_group * bs)[:tokens]
+    K.write_kv_cache(key, value, kc, vc, slots)
+    want_k, want_v = torch.zeros_like(kc), torch.zeros_like(vc)
+    for t, slot in enumerate(slots.tolist()):
+        block, offset = divmod(slot, bs)
+        want_k[block // per_group, :, block % per_group, offset] = key[t]
+        want_v[block // per_group, :, block % per_group, offset] = value[t]
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+
+
+def test_copy_blocks_grouped_layout():
+    kc, vc = torch.randn(3, 2, 4, 8, 16), torch.randn(3, 2, 4, 8, 16)  # 12 blocks in groups of 4
+    k0, v0 = kc.clone(), vc.clone()
+    K.copy_blocks([kc], [vc], torch.tensor([[1, 6], [11, 4]]))
+    want_k, want_v = k0.clone(), v0.clone()
+    for src, dst in [(1, 6), (11, 4)]:
+        want_k[dst // 4, :, dst % 4] = k0[src // 4, :, src % 4]
+        want_v[dst // 4, :, dst % 4] = v0[src // 4, :, src % 4]
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+
+
 def test_copy_blocks_all_layers():
     layers = [(torch.randn(5, 2, 4, 16), torch.randn(5, 2, 4, 16)) for _ in range(3)]
     before = [(k.clone(), v.clone()) for k, v in layers]

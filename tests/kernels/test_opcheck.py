@@ -15,6 +15,11 @@ def attention_args():
     return (*b.args(), -1, torch.empty_like(b.query))
 
 
+def grouped_attention_args():
+    b = make_batch([(1, 40), (3, 3)], 4, 2, 32, 8, torch.float32, blocks_per_group=2)
+    return (*b.args(), -1, torch.empty_like(b.query))
+
+
 def cases():
     kc = torch.randn(4, 2, 8, 32)
     rot_q, rot_k = torch.randn(3, 4 * 32), torch.randn(3, 2 * 32)
@@ -22,6 +27,7 @@ def cases():
         "paged_attention": attention_args(),
         "write_kv_cache": (torch.randn(3, 2, 32), torch.randn(3, 2, 32), kc, kc.clone(), torch.tensor([0, -1, 9])),
         "copy_blocks": ([kc.clone(), kc.clone()], [kc.clone(), kc.clone()], torch.tensor([[0, 1], [2, 3]])),
+        "paged_attention_grouped": grouped_attention_args(),
         "rms_norm": (torch.randn(3, 64), torch.randn(64), 1e-6, torch.empty(3, 64)),
         "fused_add_rms_norm": (torch.randn(3, 64), torch.randn(3, 64), torch.randn(64), 1e-6),
         "rotary_embedding": (torch.tensor([0, 5, 9]), rot_q, rot_k, torch.randn(16, 32), 32, True),
@@ -52,7 +58,8 @@ def decoder_stack_args():
 
 @pytest.mark.parametrize("name", list(cases()))
 def test_opcheck(name):
-    torch.library.opcheck(getattr(OPS, name).default, cases()[name])
+    op = name.removesuffix("_grouped")
+    torch.library.opcheck(getattr(OPS, op).default, cases()[name])
 
 
 def test_isa_reports_a_known_path():

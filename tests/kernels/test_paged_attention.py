@@ -41,6 +41,17 @@ def test_block_sizes_and_boundaries(block_size):
     check(make_batch(seqs, 4, 2, 32, block_size, torch.float32, seed=block_size))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("blocks_per_group", [2, 4])
+@pytest.mark.parametrize("shuffled", [True, False])
+def test_grouped_cache_layout(dtype, blocks_per_group, shuffled):
+    # [groups, Hkv, blocks_per_group, bs, D]: scattered blocks, and runs of consecutive ones (a sequence
+    # holding whole groups), incl. a long decode that is split across threads at a group-crossing point
+    seqs = [(1, 37), (23, 23), (9, 50), (1, 1), (1, 1100)]
+    check(make_batch(seqs, 8, 2, 128, 16, dtype, seed=blocks_per_group, blocks_per_group=blocks_per_group,
+                     shuffled=shuffled))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_long_decode_is_split_across_threads(dtype):
     # one long sequence with few kv heads: the op splits its keys into parts and merges them

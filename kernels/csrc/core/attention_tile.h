@@ -118,8 +118,9 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   const T* vc = static_cast<const T*>(a.value_cache);
   const int min_pos = t.first_pos, max_pos = t.first_pos + t.num_q - 1, win = a.sliding_window;
   bf16_t* probs = bf16_pv ? s.probs_bf16.data() : nullptr;
+  const KvCacheLayout layout{a.num_kv_heads, bs, D, a.blocks_per_group};
   auto block_base = [&](int key) {  // element offset of key position `key` of this kv head
-    return ((int64_t(table[key / bs]) * a.num_kv_heads + t.kv_head) * bs + key % bs) * D;
+    return layout.block_offset(table[key / bs], t.kv_head) + int64_t(key % bs) * D;
   };
   // The rows of keys [key, key + n) one chunk ahead, fetched a few lines at a time while this chunk is
   // computed: a burst of prefetches stalls on the few miss buffers instead of overlapping the math.

@@ -47,6 +47,7 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
   kv.value = at(a.qkv, q_size + kv_size), kv.v_stride_token = qkv_width, kv.v_stride_head = D;
   kv.slot_mapping = a.slot_mapping, kv.num_tokens = T;
   kv.num_kv_heads = a.num_kv_heads, kv.head_size = a.head_size, kv.block_size = a.block_size;
+  kv.blocks_per_group = a.blocks_per_group;
 
   PagedAttentionArgs pa;
   pa.dtype = a.dtype;
@@ -55,7 +56,7 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
   pa.block_tables = a.block_tables, pa.bt_stride = a.bt_stride;
   pa.seq_lens = a.seq_lens, pa.query_start_loc = a.query_start_loc, pa.num_seqs = a.num_seqs;
   pa.num_q_heads = a.num_q_heads, pa.num_kv_heads = a.num_kv_heads, pa.head_size = a.head_size;
-  pa.block_size = a.block_size, pa.scale = a.scale;
+  pa.block_size = a.block_size, pa.blocks_per_group = a.blocks_per_group, pa.scale = a.scale;
 
   for (size_t i = 0; i < a.layers.size(); ++i) {
     const DecoderLayerWeights& w = a.layers[i];

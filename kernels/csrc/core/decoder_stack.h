@@ -16,7 +16,7 @@ struct DecoderLayerWeights {
   const void *qkv = nullptr, *o = nullptr, *gate_up = nullptr, *down = nullptr;  // [N, K] or bf16 panels
   const void *qkv_bias = nullptr, *o_bias = nullptr, *gate_up_bias = nullptr, *down_bias = nullptr;  // or null
   const void *q_norm = nullptr, *k_norm = nullptr;  // [head_size] each (Qwen3), or null
-  void *key_cache = nullptr, *value_cache = nullptr;  // [num_blocks, Hkv, block_size, D]
+  void *key_cache = nullptr, *value_cache = nullptr;  // see KvCacheLayout
   int sliding_window = -1;
   // LoRA of qkv, o, gate_up, down for this step's token segments (x and out filled in per call), or none.
   LoraArgs lora[4];
@@ -40,7 +40,7 @@ struct DecoderStackArgs {
   int64_t bt_stride = 0;
   const int32_t* seq_lens = nullptr;         // [S]
   const int32_t* query_start_loc = nullptr;  // [S + 1]
-  int num_seqs = 0, block_size = 0;
+  int num_seqs = 0, block_size = 0, blocks_per_group = 1;
   const float* cos_sin_cache = nullptr;  // [max_pos, rot_dim]
   int rot_dim = 0;
   std::vector<DecoderLayerWeights> layers;

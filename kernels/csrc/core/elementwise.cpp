@@ -1,6 +1,8 @@
 // SiLU-and-mul (the gated MLP activation) and the KV cache copies, plus the core's runtime helpers.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "../vec/vec.h"
 #include "dispatch.h"
@@ -38,6 +40,30 @@ Runtime serial_runtime() {
   return rt;
 }
 
+float read_sum(const float* x, int64_t n, const Runtime& rt) {
+  constexpr int64_t kChunk = 1 << 16;  // floats per task (256 KB): long sequential streams per thread
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<float> partial(chunks, 0.f);
+  rt.parallel_for(chunks, std::max<int64_t>(1, chunks / std::max(1, rt.num_threads)), [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const float* p = x + c * kChunk;
+      const int64_t len = std::min(kChunk, n - c * kChunk);
+      VecF a0 = VecF::zero(), a1 = a0, a2 = a0, a3 = a0;  // four chains: the adds never wait on each other
+      int64_t i = 0;
+      for (; i + 64 <= len; i += 64) {
+        a0 = a0 + VecF::load(p + i), a1 = a1 + VecF::load(p + i + 16);
+        a2 = a2 + VecF::load(p + i + 32), a3 = a3 + VecF::load(p + i + 48);
+      }
+      float tail = 0.f;
+      for (; i < len; ++i) tail += p[i];
+      partial[c] = vec::reduce_add((a0 + a1) + (a2 + a3)) + tail;
+    }
+  });
+  float sum = 0.f;
+  for (float v : partial) sum += v;
+  return sum;
+}
+
 void silu_and_mul(DType dt, const void* x, int64_t x_stride, void* out, int64_t out_stride, int64_t num_tokens,
                   int64_t inter, const Runtime& rt) {
   dispatch_dtype(dt, [&](auto tag) {
@@ -57,13 +83,14 @@ void write_kv_cache(const WriteKvArgs& a, const Runtime& rt) {
   const char* value = static_cast<const char*>(a.value);
   char* kc = static_cast<char*>(a.key_cache);
   char* vc = static_cast<char*>(a.value_cache);
+  const KvCacheLayout layout{a.num_kv_heads, a.block_size, a.head_size, a.blocks_per_group};
   rt.parallel_for(a.num_tokens, grain_for(2 * int64_t(a.num_kv_heads) * a.head_size), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t slot = a.slot_mapping[t];
       if (slot < 0) continue;  // padding token: nothing to store
       const int64_t block = slot / a.block_size, offset = slot % a.block_size;
       for (int h = 0; h < a.num_kv_heads; ++h) {
-        const int64_t dst = ((block * a.num_kv_heads + h) * a.block_size + offset) * row_bytes;
+        const int64_t dst = (layout.block_offset(block, h) + offset * a.head_size) * es;
         std::memcpy(kc + dst, key + (t * a.k_stride_token + h * a.k_stride_head) * es, row_bytes);
         std::memcpy(vc + dst, value + (t * a.v_stride_token + h * a.v_stride_head) * es, row_bytes);
       }
@@ -71,14 +98,17 @@ void write_kv_cache(const WriteKvArgs& a, const Runtime& rt) {
   });
 }
 
-void copy_blocks(void* const* key_caches, void* const* value_caches, int num_layers, int64_t block_bytes,
-                 const int64_t* mapping, int64_t num_pairs, const Runtime& rt) {
+void copy_blocks(void* const* key_caches, void* const* value_caches, int num_layers, const KvCacheLayout& layout,
+                 int elem_size, const int64_t* mapping, int64_t num_pairs, const Runtime& rt) {
+  const int64_t piece_bytes = int64_t(layout.block_size) * layout.head_size * elem_size;  // one head of one block
   rt.parallel_for(int64_t(num_layers) * num_pairs, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t layer = i / num_pairs, src = mapping[2 * (i % num_pairs)], dst = mapping[2 * (i % num_pairs) + 1];
       for (void* const* caches : {key_caches, value_caches}) {
         char* base = static_cast<char*>(caches[layer]);
-        std::memmove(base + dst * block_bytes, base + src * block_bytes, block_bytes);
+        for (int h = 0; h < layout.num_kv_heads; ++h)
+          std::memmove(base + layout.block_offset(dst, h) * elem_size, base + layout.block_offset(src, h) * elem_size,
+                       piece_bytes);
       }
     }
   });

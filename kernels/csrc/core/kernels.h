@@ -21,11 +21,27 @@ struct Runtime {
 Runtime serial_runtime();  // one thread, plain loop
 const char* isa_name();    // the vector path this core was compiled for
 
+// Sum of x[0, n) read with vector loads on every thread: the benchmark's memory read probe, so a kernel's
+// GB/s is compared with the fastest plain read this code can do (torch's sum reads ~10-15% slower here).
+float read_sum(const float* x, int64_t n, const Runtime& rt);
+
+// KV caches are [num_groups, Hkv, blocks_per_group, block_size, D]: for each kv head, the blocks of one group
+// lie next to each other, so a sequence holding consecutive blocks of a group is read in 64-token runs rather
+// than 16-token pieces, while the prefix cache still shares single blocks. blocks_per_group 1 is the plain
+// [num_blocks, Hkv, block_size, D]. Returns the element offset of block `block`'s first row for `kv_head`.
+struct KvCacheLayout {
+  int num_kv_heads = 0, block_size = 0, head_size = 0, blocks_per_group = 1;
+  int64_t block_offset(int64_t block, int kv_head) const {
+    const int64_t group = block / blocks_per_group, in_group = block - group * blocks_per_group;
+    return ((group * num_kv_heads + kv_head) * blocks_per_group + in_group) * block_size * head_size;
+  }
+};
+
 struct PagedAttentionArgs {
   DType dtype = DType::F32;
   const void* query = nullptr;  // [T, Hq, D]; last dim contiguous
   int64_t q_stride_token = 0, q_stride_head = 0;
-  const void* key_cache = nullptr;    // [num_blocks, Hkv, block_size, D] contiguous
+  const void* key_cache = nullptr;    // contiguous, see KvCacheLayout
   const void* value_cache = nullptr;  // same
   void* out = nullptr;  // [T, Hq, D]; last dim contiguous
   int64_t o_stride_token = 0, o_stride_head = 0;
@@ -33,7 +49,7 @@ struct PagedAttentionArgs {
   int64_t bt_stride = 0;
   const int32_t* seq_lens = nullptr;         // [S]
   const int32_t* query_start_loc = nullptr;  // [S + 1]
-  int num_seqs = 0, num_q_heads = 0, num_kv_heads = 0, head_size = 0, block_size = 0;
+  int num_seqs = 0, num_q_heads = 0, num_kv_heads = 0, head_size = 0, block_size = 0, blocks_per_group = 1;
   float scale = 1.f;
   int sliding_window = -1;  // > 0: a query at p sees keys at k with p - k < sliding_window
 };
@@ -70,16 +86,17 @@ struct WriteKvArgs {
   int64_t k_stride_token = 0, k_stride_head = 0;
   const void* value = nullptr;
   int64_t v_stride_token = 0, v_stride_head = 0;
-  void* key_cache = nullptr;  // [num_blocks, Hkv, block_size, D] contiguous
+  void* key_cache = nullptr;  // contiguous, see KvCacheLayout
   void* value_cache = nullptr;
   const int64_t* slot_mapping = nullptr;  // [T], -1 = skip
   int64_t num_tokens = 0;
-  int num_kv_heads = 0, head_size = 0, block_size = 0;
+  int num_kv_heads = 0, head_size = 0, block_size = 0, blocks_per_group = 1;
 };
 void write_kv_cache(const WriteKvArgs& a, const Runtime& rt);
 
-// For each layer and each (src, dst) row of mapping [num_pairs, 2]: copy one block of K and of V.
-void copy_blocks(void* const* key_caches, void* const* value_caches, int num_layers, int64_t block_bytes,
-                 const int64_t* mapping, int64_t num_pairs, const Runtime& rt);
+// For each layer and each (src, dst) row of mapping [num_pairs, 2]: copy one block of K and of V
+// (one piece per kv head; `layout` in elements of elem_size bytes).
+void copy_blocks(void* const* key_caches, void* const* value_caches, int num_layers, const KvCacheLayout& layout,
+                 int elem_size, const int64_t* mapping, int64_t num_pairs, const Runtime& rt);
 
 }  // namespace llmchat

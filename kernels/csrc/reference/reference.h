@@ -15,6 +15,12 @@ template <typename T> inline float ld(const void* p, int64_t i) { return to_floa
 template <typename T> inline void st(void* p, int64_t i, float v) { static_cast<T*>(p)[i] = from_float<T>(v); }
 template <typename T> inline float rnd(float v) { return to_float(from_float<T>(v)); }
 
+// Element offset of token slot `offset` of `block` for kv head h in a [groups, Hkv, blocks_per_group, bs, D] cache.
+inline int64_t cache_row(int64_t block, int64_t offset, int h, int Hkv, int bpg, int bs, int D) {
+  const int64_t group = block / bpg, in_group = block % bpg;
+  return (((group * Hkv + h) * bpg + in_group) * bs + offset) * D;
+}
+
 // Two-pass softmax over every visible key of each query row (uses seq-len scratch: fine for a reference).
 template <typename T>
 void paged_attention(const PagedAttentionArgs& a) {
@@ -29,7 +35,7 @@ void paged_attention(const PagedAttentionArgs& a) {
         float mx = -INFINITY;
         for (int k = 0; k <= pos; ++k) {
           if (a.sliding_window > 0 && pos - k >= a.sliding_window) continue;
-          const int64_t row = ((int64_t(a.block_tables[s * a.bt_stride + k / bs]) * a.num_kv_heads + kvh) * bs + k % bs) * D;
+          const int64_t row = cache_row(a.block_tables[s * a.bt_stride + k / bs], k % bs, kvh, a.num_kv_heads, a.blocks_per_group, bs, D);
           float dot = 0.f;
           for (int d = 0; d < D; ++d)
             dot += ld<T>(a.query, (q0 + i) * a.q_stride_token + h * a.q_stride_head + d) * ld<T>(a.key_cache, row + d);
@@ -42,7 +48,7 @@ void paged_attention(const PagedAttentionArgs& a) {
           if (scores[k] == -INFINITY) continue;
           const float p = std::exp(scores[k] - mx);
           sum += p;
-          const int64_t row = ((int64_t(a.block_tables[s * a.bt_stride + k / bs]) * a.num_kv_heads + kvh) * bs + k % bs) * D;
+          const int64_t row = cache_row(a.block_tables[s * a.bt_stride + k / bs], k % bs, kvh, a.num_kv_heads, a.blocks_per_group, bs, D);
           for (int d = 0; d < D; ++d) acc[d] += p * ld<T>(a.value_cache, row + d);
         }
         for (int d = 0; d < D; ++d) st<T>(a.out, (q0 + i) * a.o_stride_token + h * a.o_stride_head + d, acc[d] / sum);
@@ -98,20 +104,23 @@ void silu_and_mul(const void* x, int64_t xs, void* out, int64_t os, int64_t n, i
 inline void write_kv_cache(const WriteKvArgs& a) {
   for (int64_t t = 0; t < a.num_tokens; ++t) {
     if (a.slot_mapping[t] < 0) continue;
-    const int64_t b = a.slot_mapping[t] / a.block_size, o = a.slot_mapping[t] % a.block_size, bytes = a.head_size * a.elem_size;
+    const int64_t b = a.slot_mapping[t] / a.block_size, o = a.slot_mapping[t] % a.block_size, bytes = int64_t(a.head_size) * a.elem_size;
     for (int h = 0; h < a.num_kv_heads; ++h) {
-      const int64_t dst = ((b * a.num_kv_heads + h) * a.block_size + o) * bytes;
+      const int64_t dst = cache_row(b, o, h, a.num_kv_heads, a.blocks_per_group, a.block_size, a.head_size) * a.elem_size;
       std::memcpy(static_cast<char*>(a.key_cache) + dst, static_cast<const char*>(a.key) + (t * a.k_stride_token + h * a.k_stride_head) * a.elem_size, bytes);
       std::memcpy(static_cast<char*>(a.value_cache) + dst, static_cast<const char*>(a.value) + (t * a.v_stride_token + h * a.v_stride_head) * a.elem_size, bytes);
     }
   }
 }
 
-inline void copy_blocks(void* const* kc, void* const* vc, int layers, int64_t block_bytes, const int64_t* map, int64_t pairs) {
-  for (int l = 0; l < layers; ++l)
+inline void copy_blocks(void* const* kc, void* const* vc, int layers, const KvCacheLayout& l, int elem_size, const int64_t* map, int64_t pairs) {
+  const int64_t bytes = int64_t(l.block_size) * l.head_size * elem_size;
+  for (int n = 0; n < layers; ++n)
     for (int64_t p = 0; p < pairs; ++p)
       for (void* const* c : {kc, vc})
-        std::memmove(static_cast<char*>(c[l]) + map[2 * p + 1] * block_bytes, static_cast<char*>(c[l]) + map[2 * p] * block_bytes, block_bytes);
+        for (int h = 0; h < l.num_kv_heads; ++h)
+          std::memmove(static_cast<char*>(c[n]) + cache_row(map[2 * p + 1], 0, h, l.num_kv_heads, l.blocks_per_group, l.block_size, l.head_size) * elem_size,
+                       static_cast<char*>(c[n]) + cache_row(map[2 * p], 0, h, l.num_kv_heads, l.blocks_per_group, l.block_size, l.head_size) * elem_size, bytes);
 }
 
 // Per token: h = A_slot x (fp32), then each targeted slice's columns get h[slice ranks] . B column, added

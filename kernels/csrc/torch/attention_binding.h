@@ -5,14 +5,29 @@
 
 namespace llmchat::binding {
 
-inline void check_cache_pair(const char* op, const at::Tensor& kc, const at::Tensor& vc) {
+// A K/V cache pair's geometry: plain [num_blocks, Hkv, block_size, D] or grouped
+// [num_groups, Hkv, blocks_per_group, block_size, D] (see KvCacheLayout).
+struct CacheGeometry {
+  int64_t num_blocks = 0, num_kv_heads = 0, blocks_per_group = 1, block_size = 0, head_size = 0;
+  KvCacheLayout layout() const { return {int(num_kv_heads), int(block_size), int(head_size), int(blocks_per_group)}; }
+};
+
+inline CacheGeometry check_cache_pair(const char* op, const at::Tensor& kc, const at::Tensor& vc) {
   check_cpu(op, kc, "key_cache");
   check_cpu(op, vc, "value_cache");
-  check_dim(op, kc, "key_cache", 4);
+  LLMCHAT_CHECK(kc.dim() == 4 || kc.dim() == 5, op, "key_cache must be [num_blocks, Hkv, block_size, D] or "
+                "[num_groups, Hkv, blocks_per_group, block_size, D], got shape ", kc.sizes());
   check_contiguous(op, kc, "key_cache");
   check_contiguous(op, vc, "value_cache");
   check_same_dtype(op, vc, "value_cache", kc, "key_cache");
   check_shape(op, vc, "value_cache", kc.sizes());
+  CacheGeometry g;
+  g.blocks_per_group = kc.dim() == 5 ? kc.size(2) : 1;
+  g.num_blocks = kc.size(0) * g.blocks_per_group, g.num_kv_heads = kc.size(1);
+  g.block_size = kc.size(-2), g.head_size = kc.size(-1);
+  LLMCHAT_CHECK(g.block_size > 0 && g.blocks_per_group > 0, op, "block_size and blocks_per_group must be positive, got cache shape ",
+                kc.sizes());
+  return g;
 }
 
 inline void check_metadata(const char* op, const at::Tensor& bt, const at::Tensor& seq_lens, const at::Tensor& qsl,
@@ -57,15 +72,14 @@ inline void paged_attention_op(const at::Tensor& query, const at::Tensor& key_ca
   check_dim(op, query, "query", 3);
   check_last_dim_contiguous(op, query, "query");
   const DType dt = kernel_dtype(op, query, "query");
-  check_cache_pair(op, key_cache, value_cache);
+  const CacheGeometry cache = check_cache_pair(op, key_cache, value_cache);
   check_same_dtype(op, key_cache, "key_cache", query, "query");
   const int64_t T = query.size(0), Hq = query.size(1), D = query.size(2);
-  const int64_t nb = key_cache.size(0), Hkv = key_cache.size(1), bs = key_cache.size(2);
+  const int64_t nb = cache.num_blocks, Hkv = cache.num_kv_heads, bs = cache.block_size;
   LLMCHAT_CHECK(D > 0 && D % 16 == 0, op, "head size must be a positive multiple of 16, got ", D);
-  LLMCHAT_CHECK(key_cache.size(3) == D, op, "key_cache [num_blocks, Hkv, block_size, D] has D = ", key_cache.size(3),
+  LLMCHAT_CHECK(cache.head_size == D, op, "key_cache has head size (last dim) ", cache.head_size,
                 " but query has head size ", D);
   LLMCHAT_CHECK(Hkv > 0 && Hq % Hkv == 0, op, "query heads (", Hq, ") must be a multiple of kv heads (", Hkv, ")");
-  LLMCHAT_CHECK(bs > 0, op, "block_size must be positive");
   LLMCHAT_CHECK(scale > 0, op, "scale must be positive, got ", scale);
   LLMCHAT_CHECK(sliding_window == -1 || sliding_window > 0, op, "sliding_window must be -1 (off) or positive, got ",
                 sliding_window);
@@ -85,7 +99,7 @@ inline void paged_attention_op(const at::Tensor& query, const at::Tensor& key_ca
   a.block_tables = block_tables.data_ptr<int32_t>(), a.bt_stride = block_tables.stride(0);
   a.seq_lens = seq_lens.data_ptr<int32_t>(), a.query_start_loc = query_start_loc.data_ptr<int32_t>();
   a.num_seqs = int(seq_lens.size(0)), a.num_q_heads = int(Hq), a.num_kv_heads = int(Hkv);
-  a.head_size = int(D), a.block_size = int(bs);
+  a.head_size = int(D), a.block_size = int(bs), a.blocks_per_group = int(cache.blocks_per_group);
   a.scale = float(scale), a.sliding_window = int(sliding_window);
   paged_attention(a, torch_runtime());
 }
@@ -93,9 +107,9 @@ inline void paged_attention_op(const at::Tensor& query, const at::Tensor& key_ca
 inline void write_kv_cache_op(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache, at::Tensor& value_cache,
                               const at::Tensor& slot_mapping) {
   const char* op = "write_kv_cache";
-  check_cache_pair(op, key_cache, value_cache);
+  const CacheGeometry cache = check_cache_pair(op, key_cache, value_cache);
   kernel_dtype(op, key_cache, "key_cache");
-  const int64_t nb = key_cache.size(0), Hkv = key_cache.size(1), bs = key_cache.size(2), D = key_cache.size(3);
+  const int64_t nb = cache.num_blocks, Hkv = cache.num_kv_heads, bs = cache.block_size, D = cache.head_size;
   for (auto [t, name] : {std::pair{&key, "key"}, {&value, "value"}}) {
     check_cpu(op, *t, name);
     check_dim(op, *t, name, 3);
@@ -121,6 +135,7 @@ inline void write_kv_cache_op(const at::Tensor& key, const at::Tensor& value, at
   a.key_cache = key_cache.data_ptr(), a.value_cache = value_cache.data_ptr();
   a.slot_mapping = slot_mapping.data_ptr<int64_t>();
   a.num_tokens = key.size(0), a.num_kv_heads = int(Hkv), a.head_size = int(D), a.block_size = int(bs);
+  a.blocks_per_group = int(cache.blocks_per_group);
   write_kv_cache(a, torch_runtime());
 }
 
@@ -135,6 +150,7 @@ inline void copy_blocks_op(at::TensorList key_caches, at::TensorList value_cache
   if (key_caches.empty() || block_mapping.size(0) == 0) return;
   const at::Tensor mapping = block_mapping.contiguous();
   std::vector<void*> kptr, vptr;
+  const CacheGeometry cache = check_cache_pair(op, key_caches[0], value_caches[0]);
   for (size_t i = 0; i < key_caches.size(); ++i) {
     check_cache_pair(op, key_caches[i], value_caches[i]);
     check_shape(op, key_caches[i], "every cache", key_caches[0].sizes());
@@ -142,12 +158,11 @@ inline void copy_blocks_op(at::TensorList key_caches, at::TensorList value_cache
     kptr.push_back(key_caches[i].data_ptr());
     vptr.push_back(value_caches[i].data_ptr());
   }
-  const int64_t nb = key_caches[0].size(0);
+  const int64_t nb = cache.num_blocks;
   const auto [lo, hi] = int64_range(mapping);
   LLMCHAT_CHECK(lo >= 0 && hi < nb, op, "block_mapping values must be in [0, ", nb, "), got [", lo, ", ", hi, "]");
-  const int64_t block_bytes = key_caches[0].stride(0) * key_caches[0].element_size();
-  copy_blocks(kptr.data(), vptr.data(), int(kptr.size()), block_bytes, mapping.data_ptr<int64_t>(), mapping.size(0),
-              torch_runtime());
+  copy_blocks(kptr.data(), vptr.data(), int(kptr.size()), cache.layout(), int(key_caches[0].element_size()),
+              mapping.data_ptr<int64_t>(), mapping.size(0), torch_runtime());
 }
 
 }  // namespace llmchat::binding

@@ -110,6 +110,14 @@ void rotary_embedding_op(const at::Tensor& positions, at::Tensor& query, at::Ten
 
 std::string isa_op() { return isa_name(); }
 
+double read_sum_op(const at::Tensor& x) {
+  const char* op = "read_sum";
+  check_cpu(op, x, "x");
+  check_dtype(op, x, "x", at::kFloat);
+  check_contiguous(op, x, "x");
+  return read_sum(x.data_ptr<float>(), x.numel(), torch_runtime());
+}
+
 }  // namespace
 }  // namespace llmchat::binding
 
@@ -124,6 +132,7 @@ TORCH_LIBRARY(llmchat, m) {
         "bool is_neox) -> ()");
   m.def("silu_and_mul(Tensor x, Tensor(a!) out) -> ()");
   m.def("isa() -> str", &llmchat::binding::isa_op);
+  m.def("read_sum(Tensor x) -> float");
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) {
@@ -135,6 +144,7 @@ TORCH_LIBRARY_IMPL(llmchat, CPU, m) {
   m.impl("fused_add_rms_norm", &fused_add_rms_norm_op);
   m.impl("rotary_embedding", &rotary_embedding_op);
   m.impl("silu_and_mul", &silu_and_mul_op);
+  m.impl("read_sum", &read_sum_op);
 }
 
 // Importing llmchat.kernels._C runs the static registrations above; the module itself is empty.

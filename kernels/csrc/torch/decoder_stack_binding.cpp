@@ -122,10 +122,10 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
   LLMCHAT_CHECK(lora.empty() || int64_t(lora.size()) == 4 * kLoraPerProjection * L, kOp, "lora must be empty or hold ",
                 4 * kLoraPerProjection, " tensors per layer, got ", lora.size());
   const at::Tensor& kc0 = key_caches[0];
-  check_cache_pair(kOp, kc0, value_caches[0]);
-  const int64_t nb = kc0.size(0), Hkv = kc0.size(1), bs = kc0.size(2);
-  LLMCHAT_CHECK(kc0.size(3) == head_size && head_size % 16 == 0, kOp, "head_size must be a multiple of 16 matching the "
-                "caches' last dimension ", kc0.size(3), ", got ", head_size);
+  const CacheGeometry cache = check_cache_pair(kOp, kc0, value_caches[0]);
+  const int64_t nb = cache.num_blocks, Hkv = cache.num_kv_heads, bs = cache.block_size;
+  LLMCHAT_CHECK(cache.head_size == head_size && head_size % 16 == 0, kOp, "head_size must be a multiple of 16 matching the "
+                "caches' last dimension ", cache.head_size, ", got ", head_size);
   LLMCHAT_CHECK(num_q_heads > 0 && num_q_heads % Hkv == 0, kOp, "num_q_heads (", num_q_heads,
                 ") must be a positive multiple of the caches' kv heads (", Hkv, ")");
   LLMCHAT_CHECK(intermediate > 0 && scale > 0 && eps > 0, kOp, "intermediate, scale and eps must be positive");
@@ -170,7 +170,7 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
   a.positions = positions.data_ptr<int64_t>(), a.slot_mapping = slot_mapping.data_ptr<int64_t>();
   a.block_tables = block_tables.data_ptr<int32_t>(), a.bt_stride = block_tables.stride(0);
   a.seq_lens = seq_lens.data_ptr<int32_t>(), a.query_start_loc = query_start_loc.data_ptr<int32_t>();
-  a.num_seqs = int(seq_lens.size(0)), a.block_size = int(bs);
+  a.num_seqs = int(seq_lens.size(0)), a.block_size = int(bs), a.blocks_per_group = int(cache.blocks_per_group);
   a.cos_sin_cache = cos_sin_cache.data_ptr<float>(), a.rot_dim = int(cos_sin_cache.size(1));
   decoder_stack(a, torch_runtime());
 }
