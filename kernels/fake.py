@@ -1,7 +1,8 @@
 """Fake (meta) implementations of the ops, so torch.compile / opcheck can trace them without running.
 
 Every op writes into arguments it was given (`Tensor(a!)` in the schema) and returns nothing,
-so the fake implementations only have to exist.
+so the fake implementations only have to exist. read_sum (the benchmark's memory probe) returns a number
+computed from the data, which no fake can stand for: it has none and is never traced.
 """
 from __future__ import annotations
 
