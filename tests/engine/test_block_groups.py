@@ -10,25 +10,12 @@ from collections import Counter
 
 import pytest
 
+from block_helpers import run_prefill, seq_of
 from llmchat.engine.block_manager import BlockManager
-from llmchat.engine.sampling_params import SamplingParams
 from llmchat.engine.sequence import Sequence
 
 BS = 4
 G = 4   # blocks per group
-
-
-def seq_of(tokens, adapter=None) -> Sequence:
-    return Sequence(list(tokens), SamplingParams(max_tokens=8), adapter=adapter)
-
-
-def run_prefill(bm: BlockManager, seq: Sequence) -> None:
-    """What the scheduler + runner do for a whole prompt: match, allocate, compute, register."""
-    bm.match_prefix(seq)
-    bm.record_lookup(seq)
-    bm.allocate(seq, seq.num_uncomputed_tokens)
-    seq.num_computed_tokens = seq.num_tokens
-    bm.register_full_blocks(seq)
 
 
 def add_block(bm: BlockManager, seq: Sequence) -> int:
