@@ -37,6 +37,8 @@ class EngineMetrics:
         self._start = clock()
         self._total_prompt = 0
         self._total_gen = 0
+        self._window_prompt = 0   # sums over _events, kept as they change (a step must not re-add the window)
+        self._window_gen = 0
         self._snapshot = MetricsSnapshot(kv_blocks_total=kv_blocks_total, kv_cache_gb=kv_cache_gb)
 
     def record_step(self, prompt_tokens: int, generated_tokens: int, **state) -> None:
@@ -45,6 +47,8 @@ class EngineMetrics:
         with self._lock:
             if prompt_tokens or generated_tokens:
                 self._events.append((now, prompt_tokens, generated_tokens))
+                self._window_prompt += prompt_tokens
+                self._window_gen += generated_tokens
             self._total_prompt += prompt_tokens
             self._total_gen += generated_tokens
             self._snapshot = self._build(now, state)
@@ -62,10 +66,11 @@ class EngineMetrics:
 
     def _build(self, now: float, state: dict) -> MetricsSnapshot:
         while self._events and self._events[0][0] < now - WINDOW_S:
-            self._events.popleft()
+            _, prompt, gen = self._events.popleft()
+            self._window_prompt -= prompt
+            self._window_gen -= gen
         span = min(WINDOW_S, max(now - self._start, 1e-3))
-        prompt = sum(e[1] for e in self._events)
-        gen = sum(e[2] for e in self._events)
+        prompt, gen = self._window_prompt, self._window_gen
         old = self._snapshot
         values = {f: getattr(old, f) for f in old.__dataclass_fields__}
         values.update(state)

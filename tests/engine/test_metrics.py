@@ -33,6 +33,21 @@ def test_rates_over_sliding_window_and_decay():
     assert s.generation_tokens_per_s == 0 and s.total_generation_tokens == 40 and s.num_running == 4
 
 
+def test_rates_count_only_the_steps_inside_the_window():
+    clock = Clock()
+    m = EngineMetrics(10, 0.5, clock=clock)
+    steps, start = [], clock.now
+    for i in range(1, 13):                 # one step a second, 7 tokens more each time
+        clock.now = start + i
+        m.record_step(prompt_tokens=i, generated_tokens=7 * i)
+        steps.append((clock.now, i, 7 * i))
+        inside = [x for x in steps if x[0] >= clock.now - WINDOW_S]
+        s = m.snapshot()
+        span = min(WINDOW_S, clock.now - start)
+        assert s.prompt_tokens_per_s == pytest.approx(sum(x[1] for x in inside) / span)
+        assert s.generation_tokens_per_s == pytest.approx(sum(x[2] for x in inside) / span)
+
+
 def test_rate_early_on_uses_elapsed_time():
     clock = Clock()
     m = EngineMetrics(10, 0.5, clock=clock)
