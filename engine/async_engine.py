@@ -25,8 +25,8 @@ _request_ids = itertools.count()
 
 class AsyncEngine:
     def __init__(self, model_path, load_progress=None, **kwargs):
-        """kwargs: EngineConfig fields. load_progress(bytes loaded, bytes in all) is called while the weights
-        load (on the constructing thread)."""
+        """kwargs: EngineConfig fields. load_progress(bytes done, bytes in all) is called while the weights
+        are read and prepared (on the constructing thread; see model_loader.LoadProgress)."""
         self.engine = LLMEngine(build_config(model_path, kwargs), load_progress)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()   # ("add", seq, sink) | ("abort", id) | ("stop",)
         self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}

@@ -33,7 +33,8 @@ class LLMEngine:
     """Not thread-safe: one thread calls add_sequence/step/abort (AsyncEngine runs it in its own)."""
 
     def __init__(self, config: EngineConfig, load_progress=None):
-        """load_progress: called as (bytes loaded, bytes in all) while the weights load, from this thread."""
+        """load_progress: called as (bytes done, bytes in all) while the weights are read and prepared, from
+        this thread (see model_loader.LoadProgress)."""
         from .model_runner import ModelRunner   # heavy: torch model + weights
 
         self.config = config

@@ -16,7 +16,9 @@ log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # checkpoint tensors the engine recomputes itself
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-LoadProgress = Callable[[int, int], None]   # (bytes loaded, bytes in all) while the weights load
+# (bytes done, bytes in all) while a model loads: the checkpoint's bytes as they are read, then its projection
+# weights' bytes as they are prepared (packed for the kernels), so the share reaches 1 when the model can run.
+LoadProgress = Callable[[int, int], None]
 
 
 def read_json(path: Path) -> dict:
@@ -97,14 +99,19 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
     with torch.device("meta"):
         model = MODEL_CLASSES[args.architecture](args, ops, kernels)
     model = model.to(dtype).to_empty(device="cpu")
-    load_weights(model, weight_files(Path(folder)), progress)
-    model.finish_init(max_positions)
+    files = weight_files(Path(folder))
+    read_bytes = sum(path.stat().st_size for path in files)
+    total = read_bytes + model.preparation_bytes()
+    load_weights(model, files, progress and (lambda done, _: progress(done, total)))
+    model.finish_init(max_positions, progress and (lambda done: progress(read_bytes + done, total)))
+    if progress is not None:
+        progress(total, total)
     return model.eval()
 
 
 def load_weights(model: CausalLM, files: list[Path], progress: LoadProgress | None = None) -> None:
     """Copy the checkpoint into the model; progress(bytes read, bytes of the checkpoint files) after each tensor
-    and once at the end with both equal."""
+    and once at the end with both equal (build_model rescales it to the whole load)."""
     total = sum(path.stat().st_size for path in files)
     done = 0
     params = dict(model.named_parameters())

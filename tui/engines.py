@@ -71,7 +71,7 @@ class EngineManager:
         self.notify = notify
         self.loaded: OrderedDict[str, LoadedModel] = OrderedDict()   # least recently used first
         self.loading: dict[str, asyncio.Task] = {}
-        self.load_fraction: dict[str, float] = {}   # weights read so far, per model loading (set by its thread)
+        self.load_fraction: dict[str, float] = {}   # share of the load done, per model loading (set by its thread)
 
     def key(self, name: str) -> str:
         return str(resolve_model(name, self.data_dir))

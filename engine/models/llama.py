@@ -9,6 +9,7 @@ otherwise cost a few milliseconds per decode step over 30 layers. No forward hoo
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -133,20 +134,33 @@ class CausalLM(nn.Module):
         self.lm_head = Linear(args.hidden_size, [args.vocab_size], prefix="lm_head")
         self.__dict__["_kernels"] = kernels   # decode-size linears run kernels.linear_small_m (layers/linear.py)
 
-    def finish_init(self, max_positions: int) -> None:
-        """After the weights exist on CPU: tie embeddings and build the shared rotary cache."""
+    def preparation_bytes(self) -> int:
+        """Work of finish_init, counted as in its progress: each projection's weight bytes, once for packing
+        and once for the move into huge pages."""
+        return 2 * sum(m.weight.nbytes for m in self.modules() if isinstance(m, Linear) and m.weight is not None)
+
+    def finish_init(self, max_positions: int, progress: Callable[[int], None] | None = None) -> None:
+        """After the weights exist on CPU: tie embeddings, build the shared rotary cache, prepare the
+        projections; progress(bytes prepared) as it goes (see preparation_bytes)."""
         if self.args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         cache = cos_sin_cache(self.args.config, self.args.head_dim, max_positions)
         for layer in self.model.layers:
             layer.self_attn.rotary_cache = cache
+        prepared = 0
         for module in self.modules():
             if isinstance(module, Linear):
+                weight_bytes = module.weight.nbytes if module.weight is not None else 0
                 module.finalize(keep_dense=module is self.lm_head and self.args.tie_word_embeddings,
                                 kernels=self._kernels)
+                prepared += weight_bytes
+                if progress is not None:
+                    progress(prepared)
             elif isinstance(module, RMSNorm):
                 module.finalize()
         self._panels_in_huge_pages()
+        if progress is not None:
+            progress(2 * prepared)
         for module in self.modules():
             if hasattr(module, "bind"):
                 module.bind()

@@ -1,5 +1,6 @@
-"""Loading a model shows how much of its weights has been read: the engine reports bytes as it copies them,
-the engine manager keeps the share per model, and the engine panel's bar follows it."""
+"""Loading a model shows how much of it is done: the engine reports bytes as it reads the checkpoint and then
+as it prepares the projections, the engine manager keeps the share per model, and the engine panel's bar
+follows it."""
 from __future__ import annotations
 
 from textual.app import App
@@ -10,14 +11,18 @@ from llmchat.tui.engines import EngineManager
 from llmchat.tui.widgets.engine_panel import EnginePanel
 
 
-def test_the_engine_reports_weight_bytes_as_it_loads(tiny_model_dir):
+def test_the_engine_reports_bytes_read_then_prepared(tiny_model_dir):
     folder = tiny_model_dir()
     calls = []
-    LLM(folder, load_progress=lambda done, total: calls.append((done, total)), kv_cache_gb=0.01)
-    total = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    llm = LLM(folder, load_progress=lambda done, total: calls.append((done, total)), kv_cache_gb=0.01)
+    read = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    projections = sum(m.in_features * m.out_features for m in llm.engine.runner.model.modules()
+                      if type(m).__name__ == "Linear") * 4   # fp32 weights, prepared twice (packed, moved)
+    total = read + 2 * projections
     assert len(calls) > 2 and all(t == total for _, t in calls)
     dones = [d for d, _ in calls]
-    assert dones == sorted(dones) and 0 < dones[0] < total and dones[-1] == total
+    assert dones == sorted(dones) and 0 < dones[0] < read and dones[-1] == total
+    assert any(read < d < total for d in dones)          # the preparation is reported too, not only the end
 
 
 async def test_the_manager_keeps_the_share_read_while_loading(tiny_model_dir, tmp_path):

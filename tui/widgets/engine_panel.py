@@ -52,7 +52,7 @@ class EnginePanel(Vertical):
         bar = self.query_one("#engine-loading", ProgressBar)
         bar.display = bool(loading)
         fractions = [f for _, f in loading if f is not None]
-        if len(fractions) == len(loading) and loading:   # the weights read so far (the slowest model)
+        if len(fractions) == len(loading) and loading:   # the share of the load done (the slowest model)
             bar.update(total=1.0, progress=min(fractions))
         else:
             bar.update(total=None)
