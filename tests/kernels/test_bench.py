@@ -59,3 +59,23 @@ def test_read_sum_matches_torch():
 
     x = torch.randn(3 * 65536 + 17)
     assert abs(K.read_sum(x) - x.double().sum().item()) < 1e-2
+
+
+def test_rows_read_in_a_bandwidth_burst_are_marked():
+    rows = [{"read_gbps_nearby": g} for g in (34.0, 63.0, 35.5)]
+    bench.mark_bursts(rows, run_read_gbps=33.0)
+    assert [row["in_bandwidth_burst"] for row in rows] == [False, True, False]
+    report = {"isa": "x", "threads": 2, "block_size": 16, "blocks_per_group": 4,
+              "bandwidth": {"read_gbps": 33.0, "torch_sum_gbps": 33.0, "read_sum_gbps": 32.0, "copy_gbps": 30.0},
+              "decode": [dict(row, context=4096 * (i + 1), heads="32/8x128", dtype="bfloat16", kernel_ms=0.5,
+                              kv_gbps=29.0, pct_of_read_bw=80.0, sdpa_gather_ms=18.0, speedup_vs_sdpa=36.0)
+                         for i, row in enumerate(rows)],
+              "one_core": {"context": 4096, "kv_gbps": 20.0, "read_gbps_nearby": 33.0, "pct_of_read_bw": 60.0},
+              "prefill": []}
+    lines = bench.format_report(report).splitlines()
+    marked = [line for line in lines if line.rstrip().endswith("x *")]
+    assert len(marked) == 1 and " 8192 " in marked[0]
+    assert any("measured in a bandwidth burst" in line for line in lines)
+    steady = [{"read_gbps_nearby": g} for g in (61.0, 63.0, 62.5)]  # a run spent in one burst marks nothing
+    bench.mark_bursts(steady, run_read_gbps=60.0)
+    assert not any(row["in_bandwidth_burst"] for row in steady)
