@@ -1,11 +1,13 @@
 """Every ISA header, proven on this x86-64 machine: the torch-free core + core_driver.cpp is compiled for
-AVX-512(+BF16), AVX2, scalar, and cross-compiled for AArch64 NEON(+BF16) and run under qemu-aarch64.
+AVX-512(+BF16), AVX2, scalar, and cross-compiled for AArch64 NEON(+BF16) (with gcc, and with clang like
+macOS) and run under qemu-aarch64.
 The driver checks each kernel against the scalar reference. A missing toolchain is a failure, not a skip:
-CI installs g++, g++-aarch64-linux-gnu and qemu-user (Debian/Ubuntu packages).
+CI installs g++, g++-aarch64-linux-gnu, clang and qemu-user (Debian/Ubuntu packages).
 """
 from __future__ import annotations
 
 import platform
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -30,9 +32,12 @@ VARIANTS = {
     "scalar": ("g++", ["-DLLMCHAT_FORCE_SCALAR"], [], "scalar"),
     "neon+bf16": ("aarch64-linux-gnu-g++", ["-march=armv8.6-a+bf16"], QEMU, "neon+bf16"),
     "neon": ("aarch64-linux-gnu-g++", ["-march=armv8-a"], QEMU, "neon"),
+    # clang is the compiler family of macOS (Apple silicon builds with Apple clang): the arm64 path must
+    # compile and pass with it too, not only with gcc
+    "neon+bf16 (clang)": ("clang++", ["--target=aarch64-linux-gnu", "-march=armv8.6-a+bf16"], QEMU, "neon+bf16"),
 }
 NATIVE_X86 = {"avx512", "avx2", "scalar"}
-TOOLS = {"g++": "g++", "aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu", "qemu-aarch64": "qemu-user"}
+TOOLS = {"g++": "g++", "aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu", "qemu-aarch64": "qemu-user", "clang++": "clang"}
 
 
 def host_runs(name: str) -> bool:
@@ -48,7 +53,7 @@ def host_runs(name: str) -> bool:
 
 def build_and_run(name: str, out_dir: Path, sources: list[str]) -> subprocess.CompletedProcess:
     compiler, flags, runner, _ = VARIANTS[name]
-    exe = out_dir / name.replace("+", "_")
+    exe = out_dir / re.sub(r"\W+", "_", name)
     built = subprocess.run([compiler, *COMMON, *flags, *sources, "-o", str(exe)], capture_output=True, text=True)
     if built.returncode != 0:
         return built
