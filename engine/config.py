@@ -15,6 +15,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     max_num_seqs: int = 64               # running sequences at most
     max_num_batched_tokens: int = 512    # token budget per step (decodes + prefill chunks)
+    step_target_s: float = 0.15          # while sessions decode, prefill chunks sized for steps this long (0: off)
     max_model_len: int | None = None     # None: the model's max_position_embeddings
     attention_backend: str = "kernels"   # "kernels" (C++), or "torch" (pure-torch reference, the oracle)
     num_threads: int | None = None       # torch intra-op threads; None = torch's default
@@ -37,6 +38,8 @@ class EngineConfig:
             raise ValueError(f"kv_blocks_per_group must be positive, got {self.kv_blocks_per_group}")
         if self.kv_cache_gb is not None and self.kv_cache_gb <= 0:
             raise ValueError(f"kv_cache_gb must be > 0, got {self.kv_cache_gb}")
+        if self.step_target_s < 0:
+            raise ValueError(f"step_target_s must be >= 0 (0 turns the time cap off), got {self.step_target_s}")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
         if self.max_adapters <= 0 or self.adapter_memory_gb <= 0:

@@ -53,7 +53,8 @@ class LLMEngine:
         _return_freed_memory()   # loading leaves freed fp32 staging buffers in the heap
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                           config.kv_blocks_per_group)
-        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.step_target_s)
         self.sampler = Sampler()
         self.metrics = EngineMetrics(num_blocks, self.kv_cache_gb)
         self.lora = LoraManager(self.runner, config.max_adapters, int(config.adapter_memory_gb * 2**30))
@@ -140,7 +141,9 @@ class LLMEngine:
         deltas += [self._close(seq, seq.detokenizer.flush()) for seq in overflowed]
         prompt_tokens = generated = 0
         if chunks:
+            started = time.perf_counter()
             logits = self.runner.execute(chunks)
+            self.scheduler.observe_step(sum(c.num_new_tokens for c in chunks), time.perf_counter() - started)
             self.scheduler.update(chunks)
             prompt_tokens = sum(c.num_new_tokens for c in chunks if c.seq.num_output_tokens == 0
                                 or c.num_new_tokens > 1)

@@ -1,9 +1,9 @@
-"""Scheduler: token budget, decodes before prefill chunks, max_num_seqs, preemption, abort."""
+"""Scheduler: token budget, decodes before prefill chunks, the step time cap, max_num_seqs, preemption, abort."""
 from __future__ import annotations
 
 from llmchat.engine.block_manager import BlockManager
 from llmchat.engine.sampling_params import SamplingParams
-from llmchat.engine.scheduler import Scheduler
+from llmchat.engine.scheduler import MIN_PREFILL_CHUNK, MIN_TIMED_TOKENS, Scheduler
 from llmchat.engine.sequence import Sequence, SequenceStatus
 
 BS = 8
@@ -157,3 +157,44 @@ def test_waiting_prompt_reuses_cached_prefix():
     s.add(second)
     chunks, _ = step(s)
     assert chunks[0].num_new_tokens == 4 and second.metrics.num_cached_tokens == 16
+
+
+def test_prefill_is_capped_to_the_step_time_target_while_a_stream_decodes():
+    s = Scheduler(BlockManager(256, BS), 8, 512, step_target_s=0.05)
+    a = seq_of(3, max_tokens=100)
+    s.add(a)
+    step(s)                                       # a is decoding from here on
+    s.observe_step(100, 0.1)                      # 1 ms per token: 50 tokens fit the 50 ms target
+    long = seq_of(400, start=500)
+    s.add(long)
+    chunks, _ = step(s)
+    by_seq = {c.seq.seq_id: c.num_new_tokens for c in chunks}
+    assert by_seq == {a.seq_id: 1, long.seq_id: 49}   # 50 tokens in all: the decode and 49 of the prompt
+    chunks, _ = step(s)
+    assert {c.seq.seq_id: c.num_new_tokens for c in chunks} == {a.seq_id: 1, long.seq_id: 49}
+    s.observe_step(50, 10.0)                      # a very slow step: the cap falls to its floor
+    chunks, _ = step(s)
+    assert {c.seq.seq_id: c.num_new_tokens for c in chunks}[long.seq_id] == MIN_PREFILL_CHUNK
+
+
+def test_no_cap_without_streams_without_a_target_or_before_a_measurement():
+    for target, observe, decoding in [(0.05, True, False), (0.0, True, True), (0.05, False, True)]:
+        s = Scheduler(BlockManager(256, BS), 8, 512, step_target_s=target)
+        if decoding:
+            s.add(seq_of(3, max_tokens=100))
+            step(s)
+        if observe:
+            s.observe_step(100, 0.1)
+        long = seq_of(600, start=500)
+        s.add(long)
+        chunks, _ = step(s)
+        assert sum(c.num_new_tokens for c in chunks) == 512   # the token budget alone
+
+
+def test_small_steps_do_not_move_the_cost_estimate():
+    s = Scheduler(BlockManager(16, BS), 8, 512, step_target_s=0.05)
+    s.observe_step(MIN_TIMED_TOKENS - 1, 5.0)     # a few decodes: fixed costs dominate, not a per-token cost
+    assert s.seconds_per_token is None
+    s.observe_step(100, 0.1)
+    s.observe_step(100, 0.2)
+    assert 0.001 < s.seconds_per_token < 0.002    # smoothed toward the newer, slower step
