@@ -5,9 +5,9 @@ streams never stall), then prefills take what is left in chunks: partially prefi
 then waiting ones in arrival order while fewer than max_num_seqs run. While some sequence is decoding,
 the prefill tokens of a step are also capped so the step takes about step_target_s (from the measured cost
 per token): the token budget alone would let a long prompt pause every other stream for a whole chunk
-(0.4 s for a 512-token chunk of a 135M model here, seconds for a few-billion one). When blocks run out, the newest
-running sequence is preempted: its blocks are freed and it is recomputed later (its prefix may still be
-cached). A sequence that cannot fit in the whole cache on its own is finished with "length".
+(0.4 s for a 512-token chunk of a 135M model here, seconds for a few-billion one).
+When blocks run out, the newest running sequence is preempted: its blocks are freed and it is recomputed
+later (its prefix may still be cached). A sequence that cannot fit in the whole cache on its own is finished with "length".
 """
 from __future__ import annotations
 
