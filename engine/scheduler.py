@@ -7,7 +7,8 @@ the prefill tokens of a step are also capped so the step takes about step_target
 per token): the token budget alone would let a long prompt pause every other stream for a whole chunk
 (0.4 s for a 512-token chunk of a 135M model here, seconds for a few-billion one).
 When blocks run out, the newest running sequence is preempted: its blocks are freed and it is recomputed
-later (its prefix may still be cached). A sequence that cannot fit in the whole cache on its own is finished with "length".
+later (its prefix may still be cached). A sequence that cannot fit in the whole cache on its own is
+finished with "length".
 """
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ class Scheduler:
                 self.finish(seq, "length")
                 overflowed.append(seq)
                 continue
-            num_new = min(seq.num_uncomputed_tokens, budget if seq.is_decoding else min(budget, prefill_left))
+            limit = budget if seq.is_decoding else min(budget, prefill_left)
+            num_new = min(seq.num_uncomputed_tokens, limit)
             if not self._make_room(seq, num_new, scheduled):
                 preempted_now = True
                 continue   # seq itself was preempted

@@ -22,7 +22,7 @@ Runtime serial_runtime();  // one thread, plain loop
 const char* isa_name();    // the vector path this core was compiled for
 
 // Sum of x[0, n) read with vector loads on every thread: the benchmark's memory read probe, so a kernel's
-// GB/s is compared with the fastest plain read this code can do (torch's sum reads ~10-15% slower here).
+// GB/s is compared with the fastest plain read this code can do, not only with torch's sum.
 float read_sum(const float* x, int64_t n, const Runtime& rt);
 
 // KV caches are [num_groups, Hkv, blocks_per_group, block_size, D]: for each kv head, the blocks of one group

@@ -150,9 +150,10 @@ inline void copy_blocks_op(at::TensorList key_caches, at::TensorList value_cache
   if (key_caches.empty() || block_mapping.size(0) == 0) return;
   const at::Tensor mapping = block_mapping.contiguous();
   std::vector<void*> kptr, vptr;
-  const CacheGeometry cache = check_cache_pair(op, key_caches[0], value_caches[0]);
+  CacheGeometry cache;
   for (size_t i = 0; i < key_caches.size(); ++i) {
-    check_cache_pair(op, key_caches[i], value_caches[i]);
+    const CacheGeometry geometry = check_cache_pair(op, key_caches[i], value_caches[i]);
+    if (i == 0) cache = geometry;
     check_shape(op, key_caches[i], "every cache", key_caches[0].sizes());
     check_same_dtype(op, key_caches[i], "every cache", key_caches[0], "key_caches[0]");
     kptr.push_back(key_caches[i].data_ptr());
