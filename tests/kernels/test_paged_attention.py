@@ -58,6 +58,15 @@ def test_long_decode_is_split_across_threads(dtype):
     check(make_batch([(1, 3000)], 8, 1, 128, 16, dtype, seed=1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tiles_holding_several_kv_heads(dtype):
+    # Few query tokens: one tile takes several kv heads (decode: all 8; 3 tokens x 4 heads per group: 5, then 3),
+    # over a grouped cache, with long keys split across threads; consecutive groups make runs merge.
+    for shuffled in (True, False):
+        check(make_batch([(1, 1500), (3, 700), (2, 45), (1, 1)], 32, 8, 128, 16, dtype, seed=5,
+                         blocks_per_group=4, shuffled=shuffled))
+
+
 def test_long_prefill_many_tiles():
     check(make_batch([(300, 700), (1, 900)], 6, 2, 64, 32, torch.float32, seed=2))
 

@@ -10,11 +10,12 @@ namespace {
 
 using attn::Tile;
 
-constexpr int kMaxTileRows = 64;      // query rows (tokens x group heads) per tile
+constexpr int kMaxTileRows = 64;      // query rows (tokens x group heads x kv heads) per tile
 constexpr int kMinSplitTokens = 256;  // never split a key range into parts shorter than this
 
 struct Merge {
-  int q_begin, num_q, kv_head, num_parts;
+  Tile tile;  // the key range is the whole one
+  int num_parts;
   int64_t first_partial, partial_stride;
 };
 
@@ -24,12 +25,23 @@ struct Plan {
   int64_t partial_floats = 0;
 };
 
+// A tile of a few query tokens takes several kv heads (all of them when decoding): its reads then run
+// through a grouped cache's heads in order, long runs the memory prefetchers keep up with.
+int heads_per_tile(const PagedAttentionArgs& a, int num_q) {
+  const int G = a.num_q_heads / a.num_kv_heads;
+  return std::clamp(kMaxTileRows / (num_q * G), 1, a.num_kv_heads);
+}
+
 Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
   const int G = a.num_q_heads / a.num_kv_heads, tile_q = std::max(1, kMaxTileRows / G);
+  const int chunk = attn::chunk_keys(a.block_size);
   int64_t base_units = 0;
   for (int s = 0; s < a.num_seqs; ++s) {
     const int q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
-    base_units += int64_t(a.num_kv_heads) * ((q_len + tile_q - 1) / tile_q);
+    for (int t0 = 0; t0 < q_len; t0 += tile_q) {
+      const int hpt = heads_per_tile(a, std::min(tile_q, q_len - t0));
+      base_units += (a.num_kv_heads + hpt - 1) / hpt;
+    }
   }
   // Too few tiles to keep every thread busy: split long key ranges (flash-decoding).
   const int64_t want = 8 * int64_t(num_threads);
@@ -44,37 +56,41 @@ Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
       const int kv_lo = a.sliding_window > 0 ? std::max(0, p0 - a.sliding_window + 1) : 0, kv_hi = p1 + 1;
       const int len = kv_hi - kv_lo;
       int parts = int(std::min<int64_t>(factor, std::max(1, len / kMinSplitTokens)));
-      int chunk = len;
-      if (parts > 1) {
-        chunk = ((len + parts - 1) / parts + a.block_size - 1) / a.block_size * a.block_size;
-        parts = (len + chunk - 1) / chunk;
+      int part_len = len;
+      if (parts > 1) {  // whole chunks per part, so a part's chunks match a grouped cache's runs
+        part_len = ((len + parts - 1) / parts + chunk - 1) / chunk * chunk;
+        parts = (len + part_len - 1) / part_len;
       }
-      const int64_t stride = int64_t(nq) * G * (a.head_size + 2);
-      for (int h = 0; h < a.num_kv_heads; ++h) {
+      const int hpt = heads_per_tile(a, nq);
+      for (int h = 0; h < a.num_kv_heads; h += hpt) {
+        const Tile whole{s, h, std::min(hpt, a.num_kv_heads - h), q0 + t0, nq, p0, kv_lo, kv_hi, -1};
         if (parts == 1) {
-          plan.tiles.push_back({s, h, q0 + t0, nq, p0, kv_lo, kv_hi, -1});
+          plan.tiles.push_back(whole);
           continue;
         }
-        plan.merges.push_back({q0 + t0, nq, h, parts, plan.partial_floats, stride});
+        const int64_t stride = int64_t(nq) * G * whole.num_heads * (a.head_size + 2);
+        plan.merges.push_back({whole, parts, plan.partial_floats, stride});
         for (int i = 0; i < parts; ++i) {
-          const int b = kv_lo + i * chunk, e = std::min(kv_hi, b + chunk);
-          plan.tiles.push_back({s, h, q0 + t0, nq, p0, b, e, plan.partial_floats});
+          Tile part = whole;
+          part.kv_begin = kv_lo + i * part_len;
+          part.kv_end = std::min(kv_hi, part.kv_begin + part_len);
+          part.partial = plan.partial_floats;
+          plan.tiles.push_back(part);
           plan.partial_floats += stride;
         }
       }
     }
   }
   // Largest tiles first, so the dynamic schedule ends with small ones (better balance).
-  std::stable_sort(plan.tiles.begin(), plan.tiles.end(), [](const Tile& x, const Tile& y) {
-    return int64_t(x.num_q) * (x.kv_end - x.kv_begin) > int64_t(y.num_q) * (y.kv_end - y.kv_begin);
-  });
+  auto work = [](const Tile& x) { return int64_t(x.num_q) * x.num_heads * (x.kv_end - x.kv_begin); };
+  std::stable_sort(plan.tiles.begin(), plan.tiles.end(), [&](const Tile& x, const Tile& y) { return work(x) > work(y); });
   return plan;
 }
 
 // Combines the parts of one split tile: out = sum_i acc_i e^(m_i - M) / sum_i l_i e^(m_i - M).
 template <typename T>
 void merge_parts(const PagedAttentionArgs& a, const Merge& mg, const float* partials) {
-  const int G = a.num_q_heads / a.num_kv_heads, D = a.head_size, rows = mg.num_q * G;
+  const int G = a.num_q_heads / a.num_kv_heads, D = a.head_size, rows = mg.tile.num_q * G * mg.tile.num_heads;
   T* out = static_cast<T*>(a.out);
   std::vector<float> row(D);
   for (int r = 0; r < rows; ++r) {
@@ -92,7 +108,7 @@ void merge_parts(const PagedAttentionArgs& a, const Merge& mg, const float* part
       for (int c = 0; c < D; c += 16) vec::fma(vec::VecF::load(p + r * D + c), wv, vec::VecF::load(&row[c])).store(&row[c]);
     }
     const vec::VecF inv = vec::VecF::set1(L > 0.f ? 1.f / L : 0.f);
-    T* orow = out + int64_t(mg.q_begin + r / G) * a.o_stride_token + int64_t(mg.kv_head * G + r % G) * a.o_stride_head;
+    T* orow = out + attn::row_offset(mg.tile, G, r, a.o_stride_token, a.o_stride_head);
     for (int c = 0; c < D; c += 16) (vec::VecF::load(&row[c]) * inv).store(orow + c);
   }
 }

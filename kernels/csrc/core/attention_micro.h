@@ -4,20 +4,20 @@
 #include <cstdint>
 
 #include "../vec/vec.h"
+#include "attention_stream.h"
 
 namespace llmchat::attn {
 
 using vec::VecF;
 
-// Lines of memory needed soon, requested a few at a time from inside the compute loops (see run_tile).
-struct Prefetch {
-  const char* next = nullptr;
-  const char* end = nullptr;
-  int lines_per_key = 1;
-  void step(int keys) {
-    for (int i = 0; i < keys * lines_per_key && next < end; ++i, next += 64) __builtin_prefetch(next, 0, 1);
-  }
+// Consecutive keys of one kv head: rows [0, n) at `rows`, D elements apart (a block, or a run of blocks
+// that lie side by side in a grouped cache).
+template <typename T>
+struct KeyRun {
+  const T* rows;
+  int n;
 };
+
 inline constexpr int kRowBlock = 4;  // query rows kept in registers at once in P·V
 
 // How a query row meets a key row in QK^T. FloatDot: q in fp32 (pre-scaled), keys of type T widened
@@ -131,8 +131,8 @@ inline constexpr int kPvBf16Chunks = vec::kRegVecs >= 32 ? 2 : 1;
 inline const bf16_t kZeroRow[32] = {};
 
 template <int R, int CP>
-inline void pv_bf16_chunks(const bf16_t* P, int ldP, const bf16_t* v, int n, int D, int c0, float* acc, int ldacc,
-                           Prefetch& pf) {
+inline void pv_bf16_chunks(const bf16_t* P, int ldP, const KeyRun<bf16_t>* runs, int num_runs, int D, int c0, float* acc,
+                           int ldacc, Prefetch& pf) {
   VecF a[R][CP][2];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < CP; ++c)
@@ -148,17 +148,22 @@ inline void pv_bf16_chunks(const bf16_t* P, int ldP, const bf16_t* v, int n, int
       }
     }
   };
-  int j = 0;
-  for (; j + 2 <= n; j += 2) {
-    pf.step(2);
-    const bf16_t* v0 = v + int64_t(j) * D + c0 * 32;
-    two_keys(v0, v0 + D, [&](int r) { return vec::broadcast_pair(P + r * ldP + j); });
-  }
-  if (j < n) {  // odd last key: paired with a zero row and a zero weight
-    two_keys(v + int64_t(j) * D + c0 * 32, kZeroRow, [&](int r) {
-      const bf16_t pair[2] = {P[r * ldP + j], bf16_t{}};
-      return vec::broadcast_pair(pair);
-    });
+  // The accumulators stay in registers across every run of the chunk.
+  for (int i = 0; i < num_runs; ++i) {
+    const bf16_t* v = runs[i].rows + c0 * 32;
+    const int n = runs[i].n;
+    int j = 0;
+    for (; j + 2 <= n; j += 2) {
+      pf.step(1);
+      two_keys(v + int64_t(j) * D, v + int64_t(j + 1) * D, [&](int r) { return vec::broadcast_pair(P + r * ldP + j); });
+    }
+    if (j < n) {  // odd last key: paired with a zero row and a zero weight
+      two_keys(v + int64_t(j) * D, kZeroRow, [&](int r) {
+        const bf16_t pair[2] = {P[r * ldP + j], bf16_t{}};
+        return vec::broadcast_pair(pair);
+      });
+    }
+    P += n;
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < CP; ++c)
@@ -166,28 +171,30 @@ inline void pv_bf16_chunks(const bf16_t* P, int ldP, const bf16_t* v, int n, int
 }
 
 template <int R>
-inline void pv_bf16_rows(const bf16_t* P, int ldP, const bf16_t* v, int n, int D, float* acc, int ldacc, Prefetch& pf) {
+inline void pv_bf16_rows(const bf16_t* P, int ldP, const KeyRun<bf16_t>* runs, int num_runs, int D, float* acc,
+                         int ldacc, Prefetch& pf) {
   constexpr int CP = kPvBf16Chunks;
   int c = 0;
-  for (; c + CP <= D / 32; c += CP) pv_bf16_chunks<R, CP>(P, ldP, v, n, D, c, acc, ldacc, pf);
-  for (; c < D / 32; ++c) pv_bf16_chunks<R, 1>(P, ldP, v, n, D, c, acc, ldacc, pf);
+  for (; c + CP <= D / 32; c += CP) pv_bf16_chunks<R, CP>(P, ldP, runs, num_runs, D, c, acc, ldacc, pf);
+  for (; c < D / 32; ++c) pv_bf16_chunks<R, 1>(P, ldP, runs, num_runs, D, c, acc, ldacc, pf);
 }
 
-// All rows; D % 32 == 0.
+// All rows against the keys of `runs` (P's columns in the same order); D % 32 == 0.
 // The rows left over (a query group of 3, 6, 7 ...) go through together, not one by one: each pass over V
 // pays the pair interleave again.
-inline void pv_bf16_all(const bf16_t* P, int ldP, int rows, const bf16_t* v, int n, int D, float* acc, Prefetch& pf) {
+inline void pv_bf16_all(const bf16_t* P, int ldP, int rows, const KeyRun<bf16_t>* runs, int num_runs, int D, float* acc,
+                        Prefetch& pf) {
   constexpr int R = kPvBf16Rows;
   int r = 0;
-  for (; r + R <= rows; r += R) pv_bf16_rows<R>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf);
+  for (; r + R <= rows; r += R) pv_bf16_rows<R>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf);
   if constexpr (R == 4) {
     switch (rows - r) {
-      case 3: pv_bf16_rows<3>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf); return;
-      case 2: pv_bf16_rows<2>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf); return;
+      case 3: pv_bf16_rows<3>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf); return;
+      case 2: pv_bf16_rows<2>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf); return;
       default: break;
     }
   }
-  for (; r < rows; ++r) pv_bf16_rows<1>(P + r * ldP, ldP, v, n, D, acc + r * D, D, pf);
+  for (; r < rows; ++r) pv_bf16_rows<1>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf);
 }
 #endif
 

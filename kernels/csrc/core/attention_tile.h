@@ -1,6 +1,7 @@
-// Paged attention over one work tile: a few query tokens x the query-head group of one kv head, against
-// a range of key positions. Each K/V row is loaded once per tile and used by every query row of the group.
-// Online softmax over one KV block at a time: the only scratch is rows x (D + block_size).
+// Paged attention over one work tile: a few query tokens x the query-head groups of one or more consecutive
+// kv heads, against a range of key positions. Each K/V row is loaded once per tile and used by every query
+// row of its group. Online softmax over one chunk of keys at a time: the only scratch is rows x D plus one
+// head's rows x chunk of scores.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -17,7 +18,7 @@ namespace llmchat::attn {
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Tile {
-  int seq, kv_head;
+  int seq, kv_head, num_heads;  // kv heads [kv_head, kv_head + num_heads); query rows are head-major
   int q_begin, num_q;     // flat query tokens [q_begin, q_begin + num_q)
   int first_pos;          // position of query token q_begin
   int kv_begin, kv_end;   // key positions [kv_begin, kv_end) this tile reads
@@ -27,12 +28,13 @@ struct Tile {
 struct Scratch {
   std::vector<float> q, acc, scores, m, l;
   std::vector<bf16_t> q_bf16, probs_bf16;
-  void reserve(int rows, int head_size, int score_stride) {
+  Prefetch prefetch;
+  void reserve(int rows, int head_size, int score_rows, int score_stride) {
     q.resize(size_t(rows) * head_size);
     q_bf16.resize(size_t(rows) * head_size);
     acc.resize(size_t(rows) * head_size);
-    scores.resize(size_t(rows) * score_stride);
-    probs_bf16.resize(size_t(rows) * score_stride);
+    scores.resize(size_t(score_rows) * score_stride);
+    probs_bf16.resize(size_t(score_rows) * score_stride);
     m.resize(rows);
     l.resize(rows);
   }
@@ -41,6 +43,13 @@ struct Scratch {
 // Keys per softmax step: several blocks at once, so the row max/sum reductions and accumulator
 // rescales happen once per 64 keys rather than once per block.
 inline constexpr int kChunkKeys = 64;
+inline int chunk_keys(int block_size) { return std::max(block_size, kChunkKeys / block_size * block_size); }
+
+// Offset (elements) of query row r of a tile in a [T, Hq, D] tensor with the given strides.
+inline int64_t row_offset(const Tile& t, int G, int r, int64_t stride_token, int64_t stride_head) {
+  const int rows_h = t.num_q * G, rh = r % rows_h;
+  return int64_t(t.q_begin + rh / G) * stride_token + int64_t((t.kv_head + r / rows_h) * G + rh % G) * stride_head;
+}
 
 inline int round_up16(int n) { return (n + 15) / 16 * 16; }
 
@@ -85,9 +94,9 @@ inline void softmax_update(float* S, int n_pad, float scale, float& m, float& l,
 template <typename T, int NC>
 void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* partials) {
   const int G = a.num_q_heads / a.num_kv_heads, D = a.head_size, bs = a.block_size;
-  const int rows = t.num_q * G;
-  const int chunk_keys = std::max(bs, kChunkKeys / bs * bs), ldS = round_up16(chunk_keys + bs);
-  s.reserve(rows, D, ldS);
+  const int rows_h = t.num_q * G, rows = rows_h * t.num_heads;
+  const int chunk = chunk_keys(bs), ldS = round_up16(chunk + bs);
+  s.reserve(rows, D, rows_h, ldS);
   float *q = s.q.data(), *acc = s.acc.data(), *S = s.scores.data(), *m = s.m.data(), *l = s.l.data();
 
   // bf16 caches with D % 32 == 0 keep q in bf16 and scale the scores instead (no extra rounding of q).
@@ -102,7 +111,7 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   const T* query = static_cast<const T*>(a.query);
   const VecF q_scale = VecF::set1(a.scale);
   for (int r = 0; r < rows; ++r) {
-    const T* qr = query + int64_t(t.q_begin + r / G) * a.q_stride_token + int64_t(t.kv_head * G + r % G) * a.q_stride_head;
+    const T* qr = query + row_offset(t, G, r, a.q_stride_token, a.q_stride_head);
     if constexpr (kMayBf16Dot) {
       if (bf16_dot) std::copy(qr, qr + D, s.q_bf16.data() + r * D);
     }
@@ -119,71 +128,73 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   const int min_pos = t.first_pos, max_pos = t.first_pos + t.num_q - 1, win = a.sliding_window;
   bf16_t* probs = bf16_pv ? s.probs_bf16.data() : nullptr;
   const KvCacheLayout layout{a.num_kv_heads, bs, D, a.blocks_per_group};
-  auto block_base = [&](int key) {  // element offset of key position `key` of this kv head
-    return layout.block_offset(table[key / bs], t.kv_head) + int64_t(key % bs) * D;
-  };
-  // The rows of keys [key, key + n) one chunk ahead, fetched a few lines at a time while this chunk is
-  // computed: a burst of prefetches stalls on the few miss buffers instead of overlapping the math.
-  auto ahead = [&](const T* cache, int key, int n) {
-    if (key >= t.kv_end) return Prefetch{};
-    n = std::min({n, t.kv_end - key, bs - key % bs});
-    const char* p = reinterpret_cast<const char*>(cache + block_base(key));
-    return Prefetch{p, p + int64_t(n) * D * sizeof(T), std::max(1, int(D * sizeof(T) / 64))};
-  };
-  // The first chunk has nothing to hide behind: request all of it at once.
-  for (int kb = t.kv_begin; kb < std::min(t.kv_end, t.kv_begin + chunk_keys);) {
-    const int n = std::min(bs - kb % bs, t.kv_end - kb);
-    for (const T* cache : {kc, vc}) {
-      Prefetch first = ahead(cache, kb, n);
-      first.step(n);
-    }
-    kb += n;
-  }
-  for (int k0 = t.kv_begin; k0 < t.kv_end;) {
-    // One chunk: whole blocks (a partial first/last one at the range ends) up to chunk_keys keys.
-    const int k1 = std::min(t.kv_end, std::max(k0 + 1, (k0 + chunk_keys) / bs * bs));
-    const int nk = k1 - k0, n_pad = round_up16(nk);
+  const ChunkRule chunks{bs, chunk, t.kv_end};
+  // Reads go chunk by chunk and, inside a chunk, head by head: with a decode tile holding every kv head, one
+  // chunk of a grouped cache is then one run per cache through all heads.
+  KvStream k_stream(kc, sizeof(T), layout, table, t.kv_head, t.num_heads, t.kv_begin, chunks);
+  KvStream v_stream(vc, sizeof(T), layout, table, t.kv_head, t.num_heads, t.kv_begin, chunks);
+  Prefetch& pf = s.prefetch;
+  // The chunk's keys of one head as runs of adjacent rows: consecutive blocks of a group merge into one.
+  KeyRun<T> runs[kChunkKeys + 1];
+  auto key_runs = [&](const T* cache, int head, int k0, int k1, KeyRun<T>* out) {
+    int count = 0;
     for (int kb = k0; kb < k1;) {
       const int n = std::min(bs - kb % bs, k1 - kb);
-      const T* kp = kc + block_base(kb);
-      float* Sc = S + (kb - k0);
-      Prefetch pf = ahead(kc, kb + chunk_keys, n);
-      if constexpr (kMayBf16Dot) {
-        if (bf16_dot) qk_all<Bf16Dot, NC / 2>(s.q_bf16.data(), rows, D, kp, n, Sc, ldS, pf);
-        else qk_all<FloatDot<T>, NC>(q, rows, D, kp, n, Sc, ldS, pf);
-      } else {
-        qk_all<FloatDot<T>, NC>(q, rows, D, kp, n, Sc, ldS, pf);
-      }
+      const T* p = cache + layout.block_offset(table[kb / bs], head) + int64_t(kb % bs) * D;
+      if (count > 0 && p == out[count - 1].rows + int64_t(out[count - 1].n) * D) out[count - 1].n += n;
+      else out[count++] = {p, n};
       kb += n;
     }
+    return count;
+  };
+  for (int k0 = t.kv_begin; k0 < t.kv_end;) {
+    const int k1 = chunks.end(k0), nk = k1 - k0, n_pad = round_up16(nk);
     const bool need_mask = k1 - 1 > min_pos || (win > 0 && max_pos - k0 >= win);
-    for (int r = 0; r < rows; ++r) {
-      float* Sr = S + r * ldS;
-      for (int j = nk; j < n_pad; ++j) Sr[j] = kNegInf;
-      if (need_mask) {
-        const int pos = t.first_pos + r / G;
-        for (int j = 0; j < nk; ++j) {
-          const int kpos = k0 + j;
-          if (kpos > pos || (win > 0 && pos - kpos >= win)) Sr[j] = kNegInf;
+    for (int hi = 0; hi < t.num_heads; ++hi) {
+      const int head = t.kv_head + hi, r0 = hi * rows_h;
+      float *acc_h = acc + r0 * D, *m_h = m + r0, *l_h = l + r0;
+      const int num_runs = key_runs(kc, head, k0, k1, runs);
+      float* Sc = S;
+      for (int i = 0; i < num_runs; ++i) {
+        k_stream.plan(runs[i].n, pf);
+        if constexpr (kMayBf16Dot) {
+          if (bf16_dot) qk_all<Bf16Dot, NC / 2>(s.q_bf16.data() + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);
+          else qk_all<FloatDot<T>, NC>(q + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);
+        } else {
+          qk_all<FloatDot<T>, NC>(q + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);
         }
+        pf.finish();
+        Sc += runs[i].n;
       }
-      softmax_update(Sr, n_pad, score_scale, m[r], l[r], acc + r * D, D, probs ? probs + r * ldS : nullptr);
-    }
-    for (int kb = k0; kb < k1;) {
-      const int n = std::min(bs - kb % bs, k1 - kb);
-      const T* vp = vc + block_base(kb);
-      Prefetch pf = ahead(vc, kb + chunk_keys, n);
+      for (int r = 0; r < rows_h; ++r) {
+        float* Sr = S + r * ldS;
+        for (int j = nk; j < n_pad; ++j) Sr[j] = kNegInf;
+        if (need_mask) {
+          const int pos = t.first_pos + r / G;
+          for (int j = 0; j < nk; ++j) {
+            const int kpos = k0 + j;
+            if (kpos > pos || (win > 0 && pos - kpos >= win)) Sr[j] = kNegInf;
+          }
+        }
+        softmax_update(Sr, n_pad, score_scale, m_h[r], l_h[r], acc_h + r * D, D, probs ? probs + r * ldS : nullptr);
+      }
+      key_runs(vc, head, k0, k1, runs);  // same shape as the keys' runs
+      v_stream.plan(nk, pf);
 #ifdef LLMCHAT_NATIVE_BF16_DOT
       if constexpr (std::is_same_v<T, bf16_t>) {
         if (bf16_pv) {
-          pv_bf16_all(probs + (kb - k0), ldS, rows, vp, n, D, acc, pf);
-          kb += n;
+          pv_bf16_all(probs, ldS, rows_h, runs, num_runs, D, acc_h, pf);
+          pf.finish();
           continue;
         }
       }
 #endif
-      pv_all<NC>(S + (kb - k0), ldS, rows, vp, n, D, acc, pf);
-      kb += n;
+      float* Pc = S;
+      for (int i = 0; i < num_runs; ++i) {
+        pv_all<NC>(Pc, ldS, rows_h, runs[i].rows, runs[i].n, D, acc_h, pf);
+        Pc += runs[i].n;
+      }
+      pf.finish();
     }
     k0 = k1;
   }
@@ -196,7 +207,7 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   }
   T* out = static_cast<T*>(a.out);
   for (int r = 0; r < rows; ++r) {
-    T* orow = out + int64_t(t.q_begin + r / G) * a.o_stride_token + int64_t(t.kv_head * G + r % G) * a.o_stride_head;
+    T* orow = out + row_offset(t, G, r, a.o_stride_token, a.o_stride_head);
     const VecF inv = VecF::set1(l[r] > 0.f ? 1.f / l[r] : 0.f);
     for (int c = 0; c < D; c += 16) (VecF::load(acc + r * D + c) * inv).store(orow + c);
   }
