@@ -188,8 +188,17 @@ inline void pv_bf16_rows(const bf16_t* P, int ldP, const KeyRun<bf16_t>* runs, i
 // All rows against the keys of `runs` (P's columns in the same order); D % 32 == 0.
 inline void pv_bf16_all(const bf16_t* P, int ldP, int rows, const KeyRun<bf16_t>* runs, int num_runs, int D, float* acc,
                         Prefetch& pf) {
-  constexpr int R = kPvBf16Rows;
   int r = 0;
+  if (vec::kRegVecs >= 32 && D <= 64) {  // 4 rows x a whole small head fit the registers: V is zipped once
+    for (; r + 4 <= rows; r += 4) pv_bf16_rows<4>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf);
+    switch (rows - r) {
+      case 3: return pv_bf16_rows<3>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf);
+      case 2: return pv_bf16_rows<2>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf);
+      case 1: return pv_bf16_rows<1>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf);
+      default: return;
+    }
+  }
+  constexpr int R = kPvBf16Rows;
   for (; r + R <= rows; r += R) pv_bf16_rows<R>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf);
   for (; r < rows; ++r) pv_bf16_rows<1>(P + r * ldP, ldP, runs, num_runs, D, acc + r * D, D, pf);
 }
