@@ -2,6 +2,7 @@
 // threads with a shared atomic counter (dynamic balance), and merges flash-decoding splits.
 #include <algorithm>
 #include <atomic>
+#include <utility>
 
 #include "attention_tile.h"
 
@@ -12,6 +13,7 @@ using attn::Tile;
 
 constexpr int kMaxTileRows = 64;      // query rows (tokens x group heads x kv heads) per tile
 constexpr int kMinSplitTokens = 256;  // never split a key range into parts shorter than this
+constexpr int kMinStreamKeys = 1024;  // key ranges at least this long are read by multi-head tiles
 
 struct Merge {
   Tile tile;  // the key range is the whole one
@@ -25,11 +27,18 @@ struct Plan {
   int64_t partial_floats = 0;
 };
 
-// A tile of a few query tokens takes several kv heads (all of them when decoding): its reads then run
-// through a grouped cache's heads in order, long runs the memory prefetchers keep up with.
-int heads_per_tile(const PagedAttentionArgs& a, int num_q) {
+// A tile of a few query tokens over a long key range takes several kv heads (all of them when decoding): its
+// reads then run through a grouped cache's heads in order, which streams better than one head's pieces. Short
+// ranges keep a tile per head, so a few short sequences still give every thread work.
+int heads_per_tile(const PagedAttentionArgs& a, int num_q, int num_keys) {
   const int G = a.num_q_heads / a.num_kv_heads;
+  if (num_keys < kMinStreamKeys) return 1;
   return std::clamp(kMaxTileRows / (num_q * G), 1, a.num_kv_heads);
+}
+
+// Keys seen by query tokens at positions [p0, p0 + nq): all before them, or the sliding window's.
+std::pair<int, int> key_range(const PagedAttentionArgs& a, int p0, int nq) {
+  return {a.sliding_window > 0 ? std::max(0, p0 - a.sliding_window + 1) : 0, p0 + nq};
 }
 
 Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
@@ -38,8 +47,11 @@ Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
   int64_t base_units = 0;
   for (int s = 0; s < a.num_seqs; ++s) {
     const int q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
+    const int first = a.seq_lens[s] - q_len;
     for (int t0 = 0; t0 < q_len; t0 += tile_q) {
-      const int hpt = heads_per_tile(a, std::min(tile_q, q_len - t0));
+      const int nq = std::min(tile_q, q_len - t0);
+      const auto [kv_lo, kv_hi] = key_range(a, first + t0, nq);
+      const int hpt = heads_per_tile(a, nq, kv_hi - kv_lo);
       base_units += (a.num_kv_heads + hpt - 1) / hpt;
     }
   }
@@ -52,8 +64,8 @@ Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
     const int q0 = a.query_start_loc[s], q_len = a.query_start_loc[s + 1] - q0;
     const int first = a.seq_lens[s] - q_len;
     for (int t0 = 0; t0 < q_len; t0 += tile_q) {
-      const int nq = std::min(tile_q, q_len - t0), p0 = first + t0, p1 = p0 + nq - 1;
-      const int kv_lo = a.sliding_window > 0 ? std::max(0, p0 - a.sliding_window + 1) : 0, kv_hi = p1 + 1;
+      const int nq = std::min(tile_q, q_len - t0), p0 = first + t0;
+      const auto [kv_lo, kv_hi] = key_range(a, p0, nq);
       const int len = kv_hi - kv_lo;
       int parts = int(std::min<int64_t>(factor, std::max(1, len / kMinSplitTokens)));
       int part_len = len;
@@ -61,7 +73,7 @@ Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
         part_len = ((len + parts - 1) / parts + chunk - 1) / chunk * chunk;
         parts = (len + part_len - 1) / part_len;
       }
-      const int hpt = heads_per_tile(a, nq);
+      const int hpt = heads_per_tile(a, nq, len);
       for (int h = 0; h < a.num_kv_heads; h += hpt) {
         const Tile whole{s, h, std::min(hpt, a.num_kv_heads - h), q0 + t0, nq, p0, kv_lo, kv_hi, -1};
         if (parts == 1) {
