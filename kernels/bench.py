@@ -15,6 +15,11 @@ probe alike): on a shared machine that is the least disturbed run. Compare figur
 The share of bandwidth is taken in pairs: a kernel measurement and a read-probe pass back to back, a few
 pairs per row, and the median pair is reported. The bandwidth a shared VM gives drifts from one minute
 to the next (28-48 GB/s seen here); a pair sees the same moment.
+
+Next to it, a scattered-read probe: the same buffer read as 16 KB runs in random order with the kernel's
+software prefetch. Hardware prefetchers carry a contiguous read but barely follow such runs, so this shows
+how much of the moment's bandwidth scattered reads get at all. It is not a ceiling: the kernel's reads,
+spread between its arithmetic, run 10-20% faster than this plain loop here.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ POOL_MB = 512  # KV pool well above the L3 size, rotated between runs
 # A row whose probe read this much more than the run's slowest one was measured in a bandwidth burst (a
 # shared VM here has ~20 s windows at nearly twice its usual read bandwidth); the report marks it.
 BURST_RATIO = 1.4
+SCATTER_RUN_KB = 16  # the scattered-read probe's runs: one head's 64-token piece of K or V at D 128, bf16
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
@@ -58,6 +64,15 @@ class ReadProbe:
         self.readers = {"torch_sum": self.x.sum, "read_sum": lambda: K.read_sum(self.x)}
         for read in self.readers.values():
             read()  # page faults and thread start outside the timing
+        # The same buffer as SCATTER_RUN_KB runs in random order, prefetched as the attention kernel prefetches.
+        run = SCATTER_RUN_KB << 8
+        starts = torch.randperm(self.x.numel() // run, generator=torch.Generator().manual_seed(0)) * run
+        self._scattered = lambda: K.read_runs_sum(self.x, starts, run)
+        self._scattered_bytes = starts.numel() * run * 4
+
+    def scattered(self, passes: int = 2) -> float:
+        """GB/s reading the buffer as scattered runs in random order, software-prefetched."""
+        return self._scattered_bytes / _best_seconds(self._scattered, passes) / 1e9
 
     def gbps(self, reader: str, passes: int) -> float:
         return self.x.numel() * 4 / _best_seconds(self.readers[reader], passes, warm_up=False) / 1e9
@@ -71,7 +86,8 @@ def memory_bandwidth(probe: ReadProbe, reps: int = 10) -> dict:
     y = torch.empty_like(probe.x)
     copy = _best_seconds(lambda: y.copy_(probe.x), reps)
     each = {f"{name}_gbps": probe.gbps(name, reps) for name in probe.readers}
-    return {"read_gbps": max(each.values()), **each, "copy_gbps": 2 * probe.x.numel() * 4 / copy / 1e9}
+    return {"read_gbps": max(each.values()), **each, "copy_gbps": 2 * probe.x.numel() * 4 / copy / 1e9,
+            "scattered_gbps": probe.scattered(reps)}
 
 
 def default_blocks_per_group(block_size: int) -> int:
@@ -159,7 +175,7 @@ def decode_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int
            "sdpa_gather_ms": torch_s * 1e3, "speedup_vs_sdpa": torch_s / kernel}
     if probe:
         row.update(read_gbps_nearby=statistics.median(probed), pct_of_read_bw=100 * statistics.median(shares),
-                   pct_of_read_bw_pairs=[round(100 * x, 1) for x in shares])
+                   pct_of_read_bw_pairs=[round(100 * x, 1) for x in shares], scattered_gbps_nearby=probe.scattered())
     return row
 
 
@@ -231,20 +247,22 @@ def format_report(r: dict) -> str:
     lines = [f"llmchat kernels: isa={r['isa']} threads={r['threads']} block_size={r['block_size']} "
              f"blocks_per_group={r['blocks_per_group']}",
              f"memory bandwidth: read {bw['read_gbps']:.1f} GB/s (torch sum {bw['torch_sum_gbps']:.1f}, vector-load "
-             f"sum {bw['read_sum_gbps']:.1f}; the faster one is the 'read' below), copy {bw['copy_gbps']:.1f} GB/s",
+             f"sum {bw['read_sum_gbps']:.1f}; the faster one is the 'read' below), copy {bw['copy_gbps']:.1f} GB/s, "
+             f"scattered {bw['scattered_gbps']:.1f} GB/s ({SCATTER_RUN_KB} KB runs at random places, software-prefetched)",
              "decode attention (1 query token, paged KV, cold cache; '% of it': median of 5 kernel/probe pairs "
              "taken back to back):",
              f"  {'context':>7} {'heads':>10} {'dtype':>8} {'ms':>8} {'KV GB/s':>8} {'read GB/s':>9} {'% of it':>7} "
-             f"{'SDPA+gather ms':>14} {'speedup':>7}"]
+             f"{'SDPA+gather ms':>14} {'speedup':>7} {'scattered GB/s':>14}"]
     for x in r["decode"]:
         lines.append(f"  {x['context']:>7} {x['heads']:>10} {x['dtype']:>8} {x['kernel_ms']:>8.3f} {x['kv_gbps']:>8.1f} "
                      f"{x['read_gbps_nearby']:>9.1f} {x['pct_of_read_bw']:>6.0f}% {x['sdpa_gather_ms']:>14.3f} "
-                     f"{x['speedup_vs_sdpa']:>6.1f}x{' *' if x.get('in_bandwidth_burst') else ''}")
+                     f"{x['speedup_vs_sdpa']:>6.1f}x {x['scattered_gbps_nearby']:>14.1f}"
+                     f"{' *' if x.get('in_bandwidth_burst') else ''}")
     if any(x.get("in_bandwidth_burst") for x in r["decode"]):
         lines.append(f"  * measured in a bandwidth burst: the probe read >= {BURST_RATIO}x this run's slowest reading")
     x = r["one_core"]
     lines.append(f"  one thread, context {x['context']}: {x['kv_gbps']:.1f} GB/s of KV vs {x['read_gbps_nearby']:.1f} GB/s "
-                 f"read on one thread ({x['pct_of_read_bw']:.0f}%)")
+                 f"read on one thread ({x['pct_of_read_bw']:.0f}%), {x['scattered_gbps_nearby']:.1f} GB/s scattered")
     lines.append("prefill attention (causal, one sequence):")
     lines.append(f"  {'length':>7} {'heads':>10} {'dtype':>8} {'ms':>8} {'GFLOP/s':>8} {'SDPA GFLOP/s':>12}")
     for x in r["prefill"]:

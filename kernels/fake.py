@@ -1,8 +1,8 @@
 """Fake (meta) implementations of the ops, so torch.compile / opcheck can trace them without running.
 
 Every op writes into arguments it was given (`Tensor(a!)` in the schema) and returns nothing,
-so the fake implementations only have to exist. read_sum (the benchmark's memory probe) returns a number
-computed from the data, which no fake can stand for: it has none and is never traced.
+so the fake implementations only have to exist. read_sum and read_runs_sum (the benchmark's memory probes)
+return a number computed from the data, which no fake can stand for: they have none and are never traced.
 """
 from __future__ import annotations
 

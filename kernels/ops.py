@@ -86,3 +86,9 @@ def read_sum(x: torch.Tensor) -> float:
     """Sum of a contiguous fp32 tensor, read with vector loads on every thread: the benchmark's memory
     read probe (the fastest plain read of memory this code does, next to which the kernels are measured)."""
     return _ops().read_sum(x)
+
+
+def read_runs_sum(x: torch.Tensor, run_starts: torch.Tensor, run_floats: int) -> float:
+    """Sum of the runs x[s : s + run_floats] for s in run_starts (int64), read in that order with software
+    prefetch the way paged attention reads K/V: the benchmark's probe for scattered reads."""
+    return _ops().read_runs_sum(x, run_starts, run_floats)

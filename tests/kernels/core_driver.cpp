@@ -145,6 +145,26 @@ void check_read_sum() {
   }
 }
 
+// The scattered-read probe: runs out of order and at odd offsets, 300 floats (a partial 1 KB step), threads.
+void check_read_runs_sum() {
+  const int64_t run = 300, n = 40 * run + 7;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = float(i % 11) - 4.f;
+  std::vector<int64_t> starts;
+  for (int64_t r = 39; r >= 0; r -= 3) starts.push_back(r * run + (r % 2));
+  double want = 0;
+  for (int64_t s : starts)
+    for (int64_t i = 0; i < run; ++i) want += x[s + i];
+  for (const Runtime& rt : {serial_runtime(), chunked(3)}) {
+    const float got = read_runs_sum(x.data(), run, starts.data(), int64_t(starts.size()), rt);
+    ++checks;
+    if (!(std::fabs(got - want) <= 1e-3 * (1.0 + std::fabs(want)))) {
+      ++failures;
+      std::printf("FAIL read_runs_sum threads=%d: %g vs %g\n", rt.num_threads, got, want);
+    }
+  }
+}
+
 template <typename T>
 void check_all() {
   const Runtime one = serial_runtime(), four = chunked(4);
@@ -169,6 +189,7 @@ int main() {
   check_all<bf16_t>();
   check_all<fp16_t>();
   check_read_sum();
+  check_read_runs_sum();
   std::printf("%s %d checks, %d failed\n", failures ? "FAILED" : "ok", checks, failures);
   return failures ? 1 : 0;
 }

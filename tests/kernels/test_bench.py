@@ -13,15 +13,18 @@ def test_bench_json_has_all_figures(capsys):
     report = json.loads(capsys.readouterr().out)
     bw = report["bandwidth"]
     assert report["isa"] and bw["read_gbps"] == max(bw["torch_sum_gbps"], bw["read_sum_gbps"]) > 0
+    assert bw["scattered_gbps"] > 0
     assert report["block_size"] == 16 and report["blocks_per_group"] == 4  # the engine's defaults
     assert [row["context"] for row in report["decode"]] == [64, 300]
     for row in report["decode"]:
         assert row["kv_gbps"] > 0 and row["speedup_vs_sdpa"] > 0 and row["pct_of_read_bw"] > 0
+        assert row["scattered_gbps_nearby"] > 0
         # the share of bandwidth is the median of back-to-back (kernel, probe) pairs
         pairs = row["pct_of_read_bw_pairs"]
         assert len(pairs) == 5 and sorted(pairs)[2] == round(row["pct_of_read_bw"], 1)
     assert report["prefill"][0]["length"] == 48 and report["prefill"][0]["gflops"] > 0
     assert report["one_core"]["context"] == 300 and report["one_core"]["kv_gbps"] > 0
+    assert report["one_core"]["scattered_gbps_nearby"] > 0
 
 
 def test_bench_text_report(capsys):
@@ -30,7 +33,7 @@ def test_bench_text_report(capsys):
     out = capsys.readouterr().out
     assert "block_size=8 blocks_per_group=8" in out  # 64 tokens' worth, as in the engine
     assert "memory bandwidth: read" in out and "decode attention" in out and "prefill attention" in out
-    assert "one thread, context 32" in out
+    assert "one thread, context 32" in out and "scattered" in out
 
 
 def test_bench_rejects_bad_heads():
@@ -61,19 +64,38 @@ def test_read_sum_matches_torch():
     assert abs(K.read_sum(x) - x.double().sum().item()) < 1e-2
 
 
+def test_read_runs_sum_matches_torch_and_checks_its_runs():
+    import pytest
+    import torch
+
+    import llmchat.kernels as K
+
+    x = torch.randn(50 * 4096 + 3)
+    starts = torch.randperm(50)[:37] * 4096 + 3  # out of order, not aligned
+    want = sum(x[s:s + 4096].double().sum().item() for s in starts.tolist())
+    assert abs(K.read_runs_sum(x, starts, 4096) - want) < 1e-2
+    with pytest.raises(RuntimeError, match="outside"):
+        K.read_runs_sum(x, torch.tensor([50 * 4096]), 4096)
+    with pytest.raises(ValueError, match="run_starts must be Long"):
+        K.read_runs_sum(x, starts.int(), 4096)
+
+
 def test_rows_read_in_a_bandwidth_burst_are_marked():
     rows = [{"read_gbps_nearby": g} for g in (34.0, 63.0, 35.5)]
     bench.mark_bursts(rows, run_read_gbps=33.0)
     assert [row["in_bandwidth_burst"] for row in rows] == [False, True, False]
     report = {"isa": "x", "threads": 2, "block_size": 16, "blocks_per_group": 4,
-              "bandwidth": {"read_gbps": 33.0, "torch_sum_gbps": 33.0, "read_sum_gbps": 32.0, "copy_gbps": 30.0},
+              "bandwidth": {"read_gbps": 33.0, "torch_sum_gbps": 33.0, "read_sum_gbps": 32.0, "copy_gbps": 30.0,
+                            "scattered_gbps": 25.0},
               "decode": [dict(row, context=4096 * (i + 1), heads="32/8x128", dtype="bfloat16", kernel_ms=0.5,
-                              kv_gbps=29.0, pct_of_read_bw=80.0, sdpa_gather_ms=18.0, speedup_vs_sdpa=36.0)
+                              kv_gbps=29.0, pct_of_read_bw=80.0, sdpa_gather_ms=18.0, speedup_vs_sdpa=36.0,
+                              scattered_gbps_nearby=25.0)
                          for i, row in enumerate(rows)],
-              "one_core": {"context": 4096, "kv_gbps": 20.0, "read_gbps_nearby": 33.0, "pct_of_read_bw": 60.0},
+              "one_core": {"context": 4096, "kv_gbps": 20.0, "read_gbps_nearby": 33.0, "pct_of_read_bw": 60.0,
+                           "scattered_gbps_nearby": 19.0},
               "prefill": []}
     lines = bench.format_report(report).splitlines()
-    marked = [line for line in lines if line.rstrip().endswith("x *")]
+    marked = [line for line in lines if line.rstrip().endswith(" *")]
     assert len(marked) == 1 and " 8192 " in marked[0]
     assert any("measured in a bandwidth burst" in line for line in lines)
     steady = [{"read_gbps_nearby": g} for g in (61.0, 63.0, 62.5)]  # a run spent in one burst marks nothing

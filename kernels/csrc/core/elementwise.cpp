@@ -40,23 +40,58 @@ Runtime serial_runtime() {
   return rt;
 }
 
+namespace {
+// Sum of p[0, len) with vector loads: four chains, so the adds never wait on each other.
+float sum_span(const float* p, int64_t len) {
+  VecF a0 = VecF::zero(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 64 <= len; i += 64) {
+    a0 = a0 + VecF::load(p + i), a1 = a1 + VecF::load(p + i + 16);
+    a2 = a2 + VecF::load(p + i + 32), a3 = a3 + VecF::load(p + i + 48);
+  }
+  float tail = 0.f;
+  for (; i < len; ++i) tail += p[i];
+  return vec::reduce_add((a0 + a1) + (a2 + a3)) + tail;
+}
+}  // namespace
+
 float read_sum(const float* x, int64_t n, const Runtime& rt) {
   constexpr int64_t kChunk = 1 << 16;  // floats per task (256 KB): long sequential streams per thread
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<float> partial(chunks, 0.f);
   rt.parallel_for(chunks, std::max<int64_t>(1, chunks / std::max(1, rt.num_threads)), [&](int64_t b, int64_t e) {
-    for (int64_t c = b; c < e; ++c) {
-      const float* p = x + c * kChunk;
-      const int64_t len = std::min(kChunk, n - c * kChunk);
-      VecF a0 = VecF::zero(), a1 = a0, a2 = a0, a3 = a0;  // four chains: the adds never wait on each other
-      int64_t i = 0;
-      for (; i + 64 <= len; i += 64) {
-        a0 = a0 + VecF::load(p + i), a1 = a1 + VecF::load(p + i + 16);
-        a2 = a2 + VecF::load(p + i + 32), a3 = a3 + VecF::load(p + i + 48);
+    for (int64_t c = b; c < e; ++c) partial[c] = sum_span(x + c * kChunk, std::min(kChunk, n - c * kChunk));
+  });
+  float sum = 0.f;
+  for (float v : partial) sum += v;
+  return sum;
+}
+
+float read_runs_sum(const float* x, int64_t run_floats, const int64_t* run_starts, int64_t num_runs, const Runtime& rt) {
+  // Prefetched like paged attention's K/V: into L2, a fixed distance ahead in the read order.
+  constexpr int64_t kAheadLines = (16 << 10) / 64;
+  const int64_t run_lines = (run_floats * 4 + 63) / 64, threads = std::max(1, rt.num_threads);
+  std::vector<float> partial(threads, 0.f);
+  rt.parallel_for(threads, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t r0 = num_runs * t / threads, r1 = num_runs * (t + 1) / threads;
+      int64_t ahead_run = r0, ahead_line = 0;  // the next line to request, in this thread's read order
+      auto request = [&](int64_t lines) {
+        for (; lines > 0 && ahead_run < r1; --lines) {
+          __builtin_prefetch(reinterpret_cast<const char*>(x + run_starts[ahead_run]) + ahead_line * 64, 0, 1);
+          if (++ahead_line == run_lines) ahead_line = 0, ++ahead_run;
+        }
+      };
+      request(kAheadLines);
+      float sum = 0.f;
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* p = x + run_starts[r];
+        for (int64_t f = 0; f < run_floats; f += 256) {  // 1 KB read, 16 lines requested: spread over the run
+          request(16);
+          sum += sum_span(p + f, std::min<int64_t>(256, run_floats - f));
+        }
       }
-      float tail = 0.f;
-      for (; i < len; ++i) tail += p[i];
-      partial[c] = vec::reduce_add((a0 + a1) + (a2 + a3)) + tail;
+      partial[t] = sum;
     }
   });
   float sum = 0.f;

@@ -24,6 +24,9 @@ const char* isa_name();    // the vector path this core was compiled for
 // Sum of x[0, n) read with vector loads on every thread: the benchmark's memory read probe, so a kernel's
 // GB/s is compared with the fastest plain read this code can do, not only with torch's sum.
 float read_sum(const float* x, int64_t n, const Runtime& rt);
+// The same over runs of run_floats starting at x + run_starts[i], read in that order with software prefetch as
+// paged attention does: the benchmark's view of scattered reads, which hardware prefetchers barely help.
+float read_runs_sum(const float* x, int64_t run_floats, const int64_t* run_starts, int64_t num_runs, const Runtime& rt);
 
 // KV caches are [num_groups, Hkv, blocks_per_group, block_size, D]: for each kv head, the blocks of one group
 // lie next to each other, so a sequence holding consecutive blocks of a group is read in 64-token runs rather

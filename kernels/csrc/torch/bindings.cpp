@@ -118,6 +118,25 @@ double read_sum_op(const at::Tensor& x) {
   return read_sum(x.data_ptr<float>(), x.numel(), torch_runtime());
 }
 
+double read_runs_sum_op(const at::Tensor& x, const at::Tensor& run_starts, int64_t run_floats) {
+  const char* op = "read_runs_sum";
+  check_cpu(op, x, "x");
+  check_dtype(op, x, "x", at::kFloat);
+  check_contiguous(op, x, "x");
+  check_cpu(op, run_starts, "run_starts");
+  check_dtype(op, run_starts, "run_starts", at::kLong);
+  check_contiguous(op, run_starts, "run_starts");
+  TORCH_CHECK(run_starts.dim() == 1, op, ": run_starts must be 1-D, got ", run_starts.dim(), " dims");
+  TORCH_CHECK(run_floats > 0, op, ": run_floats must be positive, got ", run_floats);
+  if (run_starts.numel() > 0) {
+    const int64_t lo = run_starts.min().item<int64_t>(), hi = run_starts.max().item<int64_t>();
+    TORCH_CHECK(lo >= 0 && hi + run_floats <= x.numel(), op, ": runs [", lo, ", ", hi + run_floats,
+                ") fall outside x's ", x.numel(), " elements");
+  }
+  return read_runs_sum(x.data_ptr<float>(), run_floats, run_starts.data_ptr<int64_t>(), run_starts.numel(),
+                       torch_runtime());
+}
+
 }  // namespace
 }  // namespace llmchat::binding
 
@@ -133,6 +152,7 @@ TORCH_LIBRARY(llmchat, m) {
   m.def("silu_and_mul(Tensor x, Tensor(a!) out) -> ()");
   m.def("isa() -> str", &llmchat::binding::isa_op);
   m.def("read_sum(Tensor x) -> float");
+  m.def("read_runs_sum(Tensor x, Tensor run_starts, int run_floats) -> float");
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) {
@@ -145,6 +165,7 @@ TORCH_LIBRARY_IMPL(llmchat, CPU, m) {
   m.impl("rotary_embedding", &rotary_embedding_op);
   m.impl("silu_and_mul", &silu_and_mul_op);
   m.impl("read_sum", &read_sum_op);
+  m.impl("read_runs_sum", &read_runs_sum_op);
 }
 
 // Importing llmchat.kernels._C runs the static registrations above; the module itself is empty.
