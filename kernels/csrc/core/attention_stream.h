@@ -1,7 +1,7 @@
 // Software prefetch for paged attention that walks one cache (K or V) in a tile's read order: chunk by chunk,
 // for each kv head of the tile, that chunk's blocks, a fixed number of bytes ahead of the reads, with the
 // requests spread evenly over them. The hardware prefetchers barely follow runs of a few KB at random places
-// (one thread: 9 GB/s without this, 20 with it). Measured on one thread: 4 KB ahead 25% slower than 16 KB,
+// (one thread: 9-10 GB/s without this, 22 with it). Measured on one thread: 4 KB ahead 25% slower than 16 KB,
 // 32 KB no better; issuing a chunk's requests in a burst ~10% slower than spreading them.
 #pragma once
 #include <algorithm>
