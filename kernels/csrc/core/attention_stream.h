@@ -41,7 +41,12 @@ struct Prefetch {
       next += 64;
     }
   }
-  void finish() { step(1 << 24); }
+  void finish() {  // whatever step() left
+    for (; current < count || next < end; next += 64) {
+      if (next >= end) next = ranges[current].begin, end = ranges[current].end, ++current;
+      __builtin_prefetch(next, 0, kHint);
+    }
+  }
 };
 
 class KvStream {

@@ -136,13 +136,13 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   Prefetch& pf = s.prefetch;
   // The chunk's keys of one head as runs of adjacent rows: consecutive blocks of a group merge into one.
   KeyRun<T> runs[kChunkKeys + 1];
-  auto key_runs = [&](const T* cache, int head, int k0, int k1, KeyRun<T>* out) {
+  auto key_runs = [&](int head, int k0, int k1) {
     int count = 0;
     for (int kb = k0; kb < k1;) {
       const int n = std::min(bs - kb % bs, k1 - kb);
-      const T* p = cache + layout.block_offset(table[kb / bs], head) + int64_t(kb % bs) * D;
-      if (count > 0 && p == out[count - 1].rows + int64_t(out[count - 1].n) * D) out[count - 1].n += n;
-      else out[count++] = {p, n};
+      const T* p = kc + layout.block_offset(table[kb / bs], head) + int64_t(kb % bs) * D;
+      if (count > 0 && p == runs[count - 1].rows + int64_t(runs[count - 1].n) * D) runs[count - 1].n += n;
+      else runs[count++] = {p, n};
       kb += n;
     }
     return count;
@@ -153,7 +153,7 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
     for (int hi = 0; hi < t.num_heads; ++hi) {
       const int head = t.kv_head + hi, r0 = hi * rows_h;
       float *acc_h = acc + r0 * D, *m_h = m + r0, *l_h = l + r0;
-      const int num_runs = key_runs(kc, head, k0, k1, runs);
+      const int num_runs = key_runs(head, k0, k1);
       float* Sc = S;
       for (int i = 0; i < num_runs; ++i) {
         k_stream.plan(runs[i].n, pf);
@@ -178,7 +178,7 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
         }
         softmax_update(Sr, n_pad, score_scale, m_h[r], l_h[r], acc_h + r * D, D, probs ? probs + r * ldS : nullptr);
       }
-      key_runs(vc, head, k0, k1, runs);  // same shape as the keys' runs
+      for (int i = 0; i < num_runs; ++i) runs[i].rows = vc + (runs[i].rows - kc);  // V: the same layout as K
       v_stream.plan(nk, pf);
 #ifdef LLMCHAT_NATIVE_BF16_DOT
       if constexpr (std::is_same_v<T, bf16_t>) {
