@@ -73,6 +73,7 @@ class LocalModel:
     reason: str = ""
     source: str = "hub"             # "hub" | "folder" | "gguf" | "copy"
     base_model: str | None = None   # adapters: the model they were trained on
+    quant: str | None = None        # GGUF files run as they are: their weight types, e.g. "Q4_K_M" or "Q4_1"
 
     def to_dict(self) -> dict:
         d = asdict(self)
