@@ -16,10 +16,12 @@ KERNEL_SOURCES = [  # the torch-free core (one file per kernel family) + the tor
     "kernels/csrc/core/gemv.cpp",
     "kernels/csrc/core/lora.cpp",
     "kernels/csrc/core/decoder_stack.cpp",
+    "kernels/csrc/core/quant_linear.cpp",
     "kernels/csrc/torch/bindings.cpp",
     "kernels/csrc/torch/gemv_binding.cpp",
     "kernels/csrc/torch/lora_binding.cpp",
     "kernels/csrc/torch/decoder_stack_binding.cpp",
+    "kernels/csrc/torch/quant_binding.cpp",
 ]
 NO_COMPILER = (
     "llmchat: no C++ compiler found, so the CPU kernels cannot be built. Install one and retry: "

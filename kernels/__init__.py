@@ -1,5 +1,5 @@
 """llmchat kernels: compiled C++ CPU ops (paged attention, KV cache, norms, rotary, activation, small-M
-linear, multi-adapter LoRA).
+linear, quantized linear, multi-adapter LoRA).
 
 Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are its typed wrappers.
 `available()` tells whether the extension was built and loaded; `isa()` which vector path it runs.
@@ -7,6 +7,7 @@ Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are 
 from ._loader import available, isa, load_error
 from .linear import linear_small_m, pack_linear_weight, packed_native, packed_rows
 from .lora import lora_apply, pack_lora_b
+from .quant import QuantWeight, quant_isa, quant_linear, quant_rows
 from .ops import (
     copy_blocks,
     fused_add_rms_norm,
@@ -26,6 +27,9 @@ if available():
     from .linear import register_fake as _register_linear_fake
 
     _register_linear_fake()
+    from .quant import register_fake as _register_quant_fake
+
+    _register_quant_fake()
 
 __all__ = [
     "available",
@@ -37,6 +41,10 @@ __all__ = [
     "lora_apply",
     "pack_lora_b",
     "pack_linear_weight",
+    "QuantWeight",
+    "quant_isa",
+    "quant_linear",
+    "quant_rows",
     "packed_native",
     "packed_rows",
     "paged_attention",

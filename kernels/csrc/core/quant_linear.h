@@ -1,0 +1,52 @@
+// Quantized linear: out[M, N] = x[M, K] @ W[N, K]^T (+ bias) with W in blocks of 32 weights, torch-free.
+// Activations are quantized once per call to int8 in blocks of 32 (d = max|x| / 127, q = round-to-even(x / d)),
+// and each weight block meets its activation block as an exact int32 dot, scaled in fp32:
+//   out[m, n] = sum_b isum(m, n, b) * (scale[n, b] * d[m, b]) + sum_b min[n, b] * (d[m, b] * sum(q[m, b]))
+// The order of those float operations is fixed by K alone (same for every M and thread split).
+#pragma once
+#include <cstdint>
+
+#include "kernels.h"
+
+namespace llmchat {
+
+// How a weight's blocks are stored. Values are lossless repacks of the GGUF types (engine/quant/):
+//   Q8:       int8 values [N, K]; scales [N, K/32]                       (Q8_0)
+//   Q8Halves: int8 values [N, K]; scales [N, K/16], one per 16 elements  (Q6_K)
+//   Q4:       u8 nibbles [N, K/2], per block 16 bytes: low nibble = element j, high = element j + 16;
+//             scales and mins [N, K/32]: w = scale * q + min                 (Q4_0, Q4_1, Q4_K)
+//   Q5:       as Q4 plus qh [N, K/32] uint32, bit j = bit 4 of element j  (Q5_0, Q5_1, Q5_K)
+enum class QuantKind : int { Q8 = 0, Q8Halves = 1, Q4 = 2, Q5 = 3 };
+
+struct QuantWeightView {
+  QuantKind kind = QuantKind::Q8;
+  int64_t n = 0, k = 0;            // k a multiple of 32
+  const void* values = nullptr;    // int8 [N, K] or nibbles [N, K/2]
+  const uint32_t* high = nullptr;  // Q5 only
+  const float* scales = nullptr;
+  const float* mins = nullptr;     // Q4/Q5: [N, K/32] or null (all zero)
+};
+
+struct QuantLinearArgs {
+  DType dtype = DType::F32;      // x, bias and out
+  const void* x = nullptr;       // [M, K], row stride x_stride
+  int64_t x_stride = 0;
+  QuantWeightView w;
+  const void* bias = nullptr;    // [N] or null
+  void* out = nullptr;           // [M, N], row stride out_stride (a column slice of a wider output is fine)
+  int64_t out_stride = 0;
+  int64_t m = 0;
+};
+
+void quant_linear(const QuantLinearArgs& a, const Runtime& rt);
+const char* quant_isa_name();  // the block-dot path compiled in (qdot.h)
+
+// The activation quantization quant_linear applies, for tests: q [M, K] int8, d and dsum [M, K/32].
+void quantize_activations(DType dt, const void* x, int64_t x_stride, int64_t m, int64_t k, int8_t* q, float* d,
+                          float* dsum, const Runtime& rt);
+
+// Rows ids[i] of W dequantized (scale * q + min, exactly as the gguf package computes it) into out [R, K].
+void quant_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, DType dt, void* out,
+                int64_t out_stride, const Runtime& rt);
+
+}  // namespace llmchat

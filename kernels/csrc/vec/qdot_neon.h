@@ -1,0 +1,69 @@
+// NEON block dots: SDOT (Armv8.4 dotprod) where the target has it, else widening multiplies (vmull/vmlal, no
+// overflow: two products of |w| <= 128 and |a| <= 127 fit int16) and pairwise adds.
+#pragma once
+#include <arm_neon.h>
+
+#include <cstdint>
+
+namespace llmchat::qdot {
+
+#if defined(__ARM_FEATURE_DOTPROD)
+inline constexpr const char* kIsa = "neon+dotprod";
+#else
+inline constexpr const char* kIsa = "neon";
+#endif
+inline constexpr int kTokens = 4;  // 32 vector registers: 4 rows x 4 tokens of accumulators
+
+struct QVec { int8x16_t lo, hi; };
+struct QAcc { float32x4_t v; };
+
+inline QAcc qzero() { return {vdupq_n_f32(0.f)}; }
+inline float qsum(QAcc a) {
+  const float32x2_t s = vadd_f32(vget_low_f32(a.v), vget_high_f32(a.v));
+  return vget_lane_f32(s, 0) + vget_lane_f32(s, 1);
+}
+inline QVec load32(const void* p) {
+  const int8_t* b = static_cast<const int8_t*>(p);
+  return {vld1q_s8(b), vld1q_s8(b + 16)};
+}
+inline void store32(void* p, const QVec& q) {
+  int8_t* b = static_cast<int8_t*>(p);
+  vst1q_s8(b, q.lo), vst1q_s8(b + 16, q.hi);
+}
+inline QVec load_q4(const uint8_t* qs) {
+  const uint8x16_t b = vld1q_u8(qs);
+  return {vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(0x0F))), vreinterpretq_s8_u8(vshrq_n_u8(b, 4))};
+}
+inline QVec load_q5(const uint8_t* qs, uint32_t qh) {
+  // byte j takes byte j/8 of qh, then tests its bit j%8
+  const uint8x16_t bytes = vreinterpretq_u8_u32(vdupq_n_u32(qh));
+  static const uint8_t lo_idx[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  static const uint8_t hi_idx[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t bit = vld1q_u8(bits), top = vdupq_n_u8(0x10);
+  const uint8x16_t lo = vandq_u8(vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(lo_idx)), bit), top);
+  const uint8x16_t hi = vandq_u8(vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(hi_idx)), bit), top);
+  QVec q = load_q4(qs);
+  return {vorrq_s8(q.lo, vreinterpretq_s8_u8(lo)), vorrq_s8(q.hi, vreinterpretq_s8_u8(hi))};
+}
+
+inline int32x4_t idot16(int8x16_t w, int8x16_t a) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(vdupq_n_s32(0), w, a);
+#else
+  int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(a));
+  p = vmlal_s8(p, vget_high_s8(w), vget_high_s8(a));
+  return vpaddlq_s16(p);
+#endif
+}
+inline QAcc fma_s8(QAcc acc, const QVec& w, const QVec& a, float s) {
+  const int32x4_t i = vaddq_s32(idot16(w.lo, a.lo), idot16(w.hi, a.hi));
+  return {vfmaq_n_f32(acc.v, vcvtq_f32_s32(i), s)};
+}
+inline QAcc fma_u8(QAcc acc, const QVec& w, const QVec& a, float s) { return fma_s8(acc, w, a, s); }  // w <= 31
+inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, float lo, float hi) {
+  const float32x4_t v = vfmaq_n_f32(acc.v, vcvtq_f32_s32(idot16(w.lo, a.lo)), lo);
+  return {vfmaq_n_f32(v, vcvtq_f32_s32(idot16(w.hi, a.hi)), hi)};
+}
+
+}  // namespace llmchat::qdot

@@ -1,0 +1,147 @@
+"""Quantized linear (GGUF-style block weights): out = x @ W.T (+ bias) on integer block dots.
+
+A `QuantWeight` is the kernels' layout of one [N, K] weight in blocks of 32 (see csrc/core/quant_linear.h):
+    "q8"  int8 values [N, K], scales [N, K/32]                     (GGUF Q8_0)
+    "q8h" int8 values [N, K], scales [N, K/16]                     (GGUF Q6_K: 16-element sub-blocks)
+    "q4"  nibbles [N, K/2] (block b: 16 bytes, low nibble = element j, high = j + 16), scales and mins
+          [N, K/32]: w = scale * q + min                            (Q4_0, Q4_1, Q4_K)
+    "q5"  as q4 plus high bits [N, K/32] int32 (bit j = bit 4 of element j)  (Q5_0, Q5_1, Q5_K)
+Activations are quantized per call to int8 in blocks of 32 (d = max|x| / 127, q = round-half-even(x / d)).
+`reference_linear` is the same math in torch (the oracle of the op); `dequantize` gives the weight as floats,
+exactly as the gguf package dequantizes the file it came from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._loader import require
+
+KINDS = {"q8": 0, "q8h": 1, "q4": 2, "q5": 3}
+BLOCK = 32
+_EMPTY_I32 = torch.empty(0, dtype=torch.int32)
+_EMPTY_F32 = torch.empty(0, dtype=torch.float32)
+
+
+@dataclass
+class QuantWeight:
+    kind: str
+    values: torch.Tensor
+    scales: torch.Tensor
+    mins: torch.Tensor | None = None
+    high: torch.Tensor | None = None
+    source: str = ""          # the GGUF type it came from, e.g. "Q4_K"
+
+    @property
+    def n(self) -> int:
+        return self.values.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.values.shape[1] * (2 if self.kind in ("q4", "q5") else 1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (self.values, self.scales, self.mins, self.high) if t is not None)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(values, high, scales, mins) as the op takes them (empty tensors where absent)."""
+        return (self.values, self.high if self.high is not None else _EMPTY_I32, self.scales,
+                self.mins if self.mins is not None else _EMPTY_F32)
+
+    def rows(self, index: torch.Tensor | slice) -> QuantWeight:
+        """The weight of rows `index` (a slice or a permutation): rows are independent blocks, so exact."""
+        pick = (lambda t: None if t is None else t[index].contiguous())
+        return QuantWeight(self.kind, pick(self.values), pick(self.scales), pick(self.mins), pick(self.high),
+                           self.source)
+
+    @staticmethod
+    def cat(parts: list[QuantWeight]) -> QuantWeight:
+        """Row-wise concatenation of weights of one kind (fused projections)."""
+        kinds = {p.kind for p in parts}
+        if len(kinds) != 1 or len({p.mins is None for p in parts}) != 1:
+            raise ValueError(f"cannot concatenate quantized weights of kinds {sorted(kinds)}")
+        join = (lambda ts: None if ts[0] is None else torch.cat(ts))
+        return QuantWeight(parts[0].kind, join([p.values for p in parts]), join([p.scales for p in parts]),
+                           join([p.mins for p in parts]), join([p.high for p in parts]),
+                           "+".join(sorted({p.source for p in parts})))
+
+    def integers(self) -> torch.Tensor:
+        """The quantized values as int32 [N, K] (u 0..31 for q4/q5, signed for q8/q8h)."""
+        if self.kind in ("q8", "q8h"):
+            return self.values.to(torch.int32)
+        v = self.values.view(self.n, -1, 16).to(torch.int32)
+        q = torch.cat([v & 15, v >> 4], dim=-1)                      # [N, nb, 32]
+        if self.kind == "q5":
+            bits = (self.high.view(self.n, -1, 1) >> torch.arange(32, dtype=torch.int32)) & 1
+            q = q | (bits << 4)
+        return q.reshape(self.n, -1)
+
+    def dequantize(self) -> torch.Tensor:
+        """fp32 [N, K]: scale * q (+ min), rounded as the gguf package does (never a fused multiply-add)."""
+        q = self.integers().float().view(self.n, -1, 16 if self.kind == "q8h" else BLOCK)
+        w = q * self.scales.unsqueeze(-1)
+        if self.mins is not None:
+            w = w.view(self.n, -1, BLOCK) + self.mins.unsqueeze(-1)
+        return w.reshape(self.n, self.k)
+
+
+def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Torch version of the op's activation quantization: (q int32 [M, K], d [M, K/32], d * sum(q) [M, K/32])."""
+    blocks = x.float().reshape(x.shape[0], -1, BLOCK)
+    d = blocks.abs().amax(-1) / 127.0
+    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.round(blocks * inv.unsqueeze(-1)).clamp(-127, 127)
+    return q.to(torch.int32).reshape(x.shape[0], -1), d, d * q.sum(-1)
+
+
+def reference_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The op's math in torch, in float64 (exact integer dots): the oracle for quant_linear. Returns x.dtype."""
+    q, d, dsum = quantize_activations(x)
+    m, nb = q.shape[0], w.k // BLOCK
+    qa = q.view(m, nb, BLOCK).double()
+    qw = w.integers().view(w.n, nb, BLOCK).double()
+    if w.kind == "q8h":  # two 16-element halves, each with its own scale
+        isum = torch.einsum("mbhj,nbhj->mnbh", qa.view(m, nb, 2, 16), qw.view(w.n, nb, 2, 16))
+        out = (isum * w.scales.double().view(1, w.n, nb, 2) * d.double().view(m, 1, nb, 1)).sum((-1, -2))
+    else:
+        isum = torch.einsum("mbj,nbj->mnb", qa, qw)
+        out = (isum * w.scales.double().unsqueeze(0) * d.double().unsqueeze(1)).sum(-1)
+    if w.mins is not None:
+        out = out + dsum.double() @ w.mins.double().T
+    if bias is not None:
+        out = out + bias.double()
+    return out.to(x.dtype)
+
+
+def quant_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] (float32, bfloat16 or float16, last dim contiguous) -> out [M, N] of x's dtype. `out` may be a
+    column slice of a wider tensor (fused projections with parts of different kinds)."""
+    require()
+    if out is None:
+        out = torch.empty(x.shape[0], w.n, dtype=x.dtype)
+    values, high, scales, mins = w.tensors()
+    torch.ops.llmchat.quant_linear(x, values, high, scales, mins, KINDS[w.kind], bias, out)
+    return out
+
+
+def quant_rows(w: QuantWeight, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rows `ids` of the weight dequantized to `dtype` (embedding lookups from a quantized token table)."""
+    require()
+    out = torch.empty(ids.shape[0], w.k, dtype=dtype)
+    values, high, scales, mins = w.tensors()
+    torch.ops.llmchat.quant_rows(ids.contiguous(), values, high, scales, mins, KINDS[w.kind], out)
+    return out
+
+
+def quant_isa() -> str:
+    """The block-dot path compiled in: avx2, neon+dotprod, neon or scalar."""
+    require()
+    return torch.ops.llmchat.quant_isa()
+
+
+def register_fake() -> None:
+    for name in ("quant_linear", "quant_rows"):
+        torch.library.register_fake(f"llmchat::{name}", lambda *args, **kwargs: None)
