@@ -3,7 +3,9 @@ for scripts. All the work is in llmchat.engine.store.ModelStore; this file only 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import textwrap
 import threading
 
 
@@ -17,6 +19,8 @@ def add_parser(subparsers) -> None:
     s.add_argument("--all", action="store_true", help="also show models the engine cannot run, with why")
     s = sub.add_parser("pull", help="download REPO[@REVISION] into the Hugging Face cache (resumable)")
     s.add_argument("repo")
+    s.add_argument("--quant", help="GGUF repos: the one quant file to download, e.g. Q4_K_M (`models search` "
+                                   "lists them); it is then registered like `models import`")
     sub.add_parser("list", help="models in the library (HF cache + imports)")
     s = sub.add_parser("rm", help="delete a model (imported folders are only unregistered)")
     s.add_argument("name")
@@ -66,12 +70,20 @@ class _ProgressLine:
         sys.stderr.flush()
 
 
+def _quant_line(model) -> str:
+    """GGUF hits: their quant files with sizes, on an indented line below the row."""
+    from llmchat.engine.store.pull import quant_list
+    return textwrap.fill("quants: " + quant_list(model.quants), width=shutil.get_terminal_size((120, 24)).columns,
+                         initial_indent="    ", subsequent_indent="      ")
+
+
 def _search(store, args) -> int:
-    from llmchat.engine.store.hub import unsupported_note
+    from llmchat.engine.store.hub import add_quant_sizes, unsupported_note
     found = store.search(args.query, sort=args.sort, limit=args.limit if args.all else max(args.limit * 5, 50),
                          include_unsupported=True)
     shown = found[:args.limit] if args.all else [m for m in found if m.supported][:args.limit]
     hidden = [] if args.all else [m for m in found if not m.supported]
+    add_quant_sizes(shown)  # search sized the first runnable GGUF hits; --all or a big --limit may show more
     if args.json:
         print(json.dumps({"results": [m.to_dict() for m in shown],
                           "hidden": [{"repo_id": m.repo_id, "reason": m.reason} for m in hidden]}, indent=2))
@@ -80,11 +92,18 @@ def _search(store, args) -> int:
         print(f"no models llmchat can run match {args.query!r}")
     else:
         rows = [[m.repo_id + (" (gated)" if m.gated else ""), m.architecture or "-", _params(m.num_params),
-                 _bytes(m.download_size), m.downloads if m.downloads is not None else "-",
+                 "GGUF" if m.quants else _bytes(m.download_size), m.downloads if m.downloads is not None else "-",
                  m.likes if m.likes is not None else "-", (m.last_modified or "-")[:10]]
                 + ([m.reason or "ok"] if args.all else []) for m in shown]
         header = ["MODEL", "ARCHITECTURE", "PARAMS", "SIZE", "DOWNLOADS", "LIKES", "UPDATED"]
-        print(_table(rows, header + (["CAN RUN"] if args.all else [])))
+        lines = _table(rows, header + (["CAN RUN"] if args.all else [])).splitlines()
+        print(lines[0])
+        for line, model in zip(lines[1:], shown):
+            print(line)
+            if model.quants:
+                print(_quant_line(model))
+        if any(m.quants for m in shown):
+            print("\nGGUF repos: `llmchat models pull REPO --quant NAME` downloads one quant file.")
     if hidden:
         print(f"\n{len(hidden)} more result(s) hidden: {unsupported_note()}. "
               "Use --all to see them with the reason.")
@@ -95,7 +114,12 @@ def _pull(store, args) -> int:
     repo, _, rev = args.repo.partition("@")
     cancel = threading.Event()
     try:
-        model = store.pull(repo, revision=rev or None, progress=_ProgressLine(not args.json), cancel=cancel)
+        if args.quant:
+            from llmchat.engine.store.pull import pull_gguf
+            model = pull_gguf(store, repo, args.quant, revision=rev or None, progress=_ProgressLine(not args.json),
+                              cancel=cancel)
+        else:
+            model = store.pull(repo, revision=rev or None, progress=_ProgressLine(not args.json), cancel=cancel)
     except KeyboardInterrupt:
         cancel.set()
         print(f"\ninterrupted: run `llmchat models pull {args.repo}` again to resume", file=sys.stderr)
@@ -103,7 +127,8 @@ def _pull(store, args) -> int:
     if args.json:
         print(json.dumps(model.to_dict(), indent=2))
     else:
-        print(f"{model.name}: {model.architecture}, {_params(model.num_params)} parameters, "
+        quant = f", {model.quant}" if model.quant else ""
+        print(f"{model.name}: {model.architecture}{quant}, {_params(model.num_params)} parameters, "
               f"{_bytes(model.size_bytes)} at {model.path}")
     return 0
 
@@ -117,10 +142,10 @@ def _list(store, args) -> int:
         print("no models yet: `llmchat models search QUERY`, `llmchat models pull REPO` "
               "or `llmchat models import PATH`")
         return 0
-    rows = [[m.name, m.kind, m.architecture or "-", _params(m.num_params), m.dtype or "-",
+    rows = [[m.name, m.kind, m.architecture or "-", _params(m.num_params), m.quant or m.dtype or "-",
              m.context_length or "-", _bytes(m.size_bytes), m.source, "ok" if m.supported else m.reason]
             for m in models]
-    print(_table(rows, ["NAME", "KIND", "ARCHITECTURE", "PARAMS", "DTYPE", "CONTEXT", "SIZE", "SOURCE", "STATUS"]))
+    print(_table(rows, ["NAME", "KIND", "ARCHITECTURE", "PARAMS", "WEIGHTS", "CONTEXT", "SIZE", "SOURCE", "STATUS"]))
     return 0
 
 

@@ -8,7 +8,7 @@ import os
 import socket
 from urllib.parse import urlparse
 
-from .support import SUPPORTED_ARCHITECTURES, SUPPORTED_TEXT, architecture_reason
+from .support import GGUF_TYPES_TEXT, SUPPORTED_ARCHITECTURES, SUPPORTED_TEXT, architecture_reason
 from .types import GatedRepoError, HubModel, OfflineError, RepoNotFoundError, StoreError
 
 SORTS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
@@ -100,9 +100,29 @@ def _weights_bytes(safetensors) -> int | None:
     return sum(n * _DTYPE_BYTES.get(dt, 2) for dt, n in safetensors.parameters.items())
 
 
+def is_gguf_repo(names: list[str]) -> bool:
+    """GGUF files and no safetensors model beside them (a repo with both is pulled as safetensors)."""
+    from .support import is_gguf_model_file, weights_reason
+    return any(is_gguf_model_file(n) for n in names) and bool(weights_reason(names))
+
+
+def gguf_hub_model(info, sizes: dict[str, int | None] | None = None) -> HubModel:
+    """A GGUF repo as a search hit: quants from the file names, architecture from the Hub's GGUF metadata."""
+    from .support import GGUF_ARCHITECTURES, gguf_architecture, gguf_quants, gguf_repo_reason
+    quants = gguf_quants([s.rfilename for s in info.siblings or []], sizes)
+    arch = gguf_architecture(getattr(info, "gguf", None), info.tags)
+    reason = gguf_repo_reason(arch, quants)
+    lm = info.last_modified.isoformat() if info.last_modified else None
+    params = (getattr(info, "gguf", None) or {}).get("total")
+    return HubModel(info.id, GGUF_ARCHITECTURES.get(arch, arch), params, None, info.downloads, info.likes, lm,
+                    bool(info.gated), not reason, reason, "model", quants)
+
+
 def to_hub_model(info) -> HubModel:
     from .support import select_files, weights_reason
     names = [s.rfilename for s in (info.siblings or [])]
+    if is_gguf_repo(names):
+        return gguf_hub_model(info)
     kind = select_files(names)[0] if names else "model"
     arch = None
     if kind == "adapter":
@@ -121,15 +141,41 @@ def to_hub_model(info) -> HubModel:
                     not reason, reason, kind)
 
 
+def _sizes(repo_id: str) -> dict[str, int | None] | None:
+    """File sizes of one repo (the listing has names only), or None if the Hub does not answer."""
+    try:
+        with hub_errors(repo_id):
+            info = api().model_info(repo_id, files_metadata=True, timeout=timeout())
+    except StoreError:
+        return None  # sizes are a nicety: the hit stays, shown without them
+    return {s.rfilename: (s.lfs.size if s.lfs else s.size) for s in info.siblings or []}
+
+
+def add_quant_sizes(models: list[HubModel]) -> None:
+    """Fill in the quant sizes of the GGUF hits in `models`: one model-info call per repo, a few at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .support import gguf_quants
+    todo = [m for m in models if m.quants and any(q.size is None for q in m.quants)]
+    if not todo:
+        return
+    with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
+        for model, sizes in zip(todo, pool.map(lambda m: _sizes(m.repo_id), todo)):
+            if sizes is not None:
+                model.quants = gguf_quants(list(sizes), sizes)
+
+
 def search(query: str, sort: str = "downloads", limit: int = 20,
-           include_unsupported: bool = False) -> list[HubModel]:
-    """Text-generation models matching `query`; only the ones the engine runs unless include_unsupported."""
+           include_unsupported: bool = False, size_lookups: int = 20) -> list[HubModel]:
+    """Text-generation models matching `query`; only the ones the engine runs unless include_unsupported.
+    The first `size_lookups` runnable GGUF hits get their quant sizes (the listing has none: a call each)."""
     if sort not in SORTS:
         raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
     if limit <= 0:
         raise ValueError("limit must be positive")
     ensure_online()
-    expand = ["config", "safetensors", "downloads", "likes", "lastModified", "gated", "siblings", "pipeline_tag"]
+    expand = ["config", "safetensors", "downloads", "likes", "lastModified", "gated", "siblings", "pipeline_tag",
+              "gguf", "tags"]
     with hub_errors():
         found = [to_hub_model(i) for i in api().list_models(
             search=query or None, pipeline_tag="text-generation", sort=SORTS[sort],
@@ -139,8 +185,11 @@ def search(query: str, sort: str = "downloads", limit: int = 20,
     found.sort(key=key, reverse=True)
     if not include_unsupported:
         found = [m for m in found if m.supported]
-    return found[:limit]
+    found = found[:limit]
+    add_quant_sizes([m for m in found if m.supported and m.quants][:size_lookups])
+    return found
 
 
 def unsupported_note() -> str:
-    return f"{SUPPORTED_TEXT} ({', '.join(SUPPORTED_ARCHITECTURES)}, safetensors, unquantized)"
+    return (f"{SUPPORTED_TEXT} ({', '.join(SUPPORTED_ARCHITECTURES)}: safetensors, unquantized, or GGUF files of "
+            f"types {GGUF_TYPES_TEXT})")

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import fnmatch
+import re
+from dataclasses import dataclass
 
 # The engine implements these decoder families (engine/models/); everything else is refused with a reason.
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
@@ -85,3 +87,112 @@ def select_files(names: list[str], weight_map_files: list[str] | None = None) ->
     else:  # unusual single/multi-file names; Mistral's consolidated.* is a different layout
         picked += sorted(n for n in root if n.endswith(".safetensors") and not n.startswith("consolidated"))
     return "model", picked
+
+
+# ---- GGUF repos -------------------------------------------------------------------------------------
+# GGUF "general.architecture" values the engine runs, with the transformers class each one becomes.
+GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                      "qwen3": "Qwen3ForCausalLM"}
+GGUF_TYPES_TEXT = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"
+# A file's quant is named in its file name, llama.cpp style (Model-Q4_K_M.gguf, model.q8_0.gguf). The engine
+# runs the F16/BF16/F32, Q8_0, Q4_0/1, Q5_0/1 and Q4_K/Q5_K/Q6_K(_M/_S/_L) files (a Q4_K_M file mixes Q4_K, Q5_0,
+# Q6_K, Q8_0...).
+# Files of the quants matched here hold types it does not run (i-quants, 2/3-bit k-quants, ternary, MXFP4, the
+# old ARM-repacked Q4_0_4_4 family). Other names (e.g. "Q4") say too little: the import checks their tensors.
+_UNRUNNABLE_QUANT = re.compile(r"(?:UD-)?(?:IQ\d.*|Q[23]_K.*|TQ\d_\d|MXFP4.*|Q4_0_[48]_[48])")
+_QUANT_IN_NAME = re.compile(r"(?:^|[-._])((?:UD-)?(?:I?Q\d+(?:_[A-Z0-9]+)*|TQ\d_\d|MXFP4(?:_MOE)?|BF16|F16|F32|FP16|FP32))"
+                            r"(?=$|[-.])", re.IGNORECASE)
+_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})$", re.IGNORECASE)  # llama.cpp's gguf-split naming
+
+
+@dataclass
+class GGUFQuant:
+    """One quant of a GGUF repo: its file (or the parts of a split file) and whether the engine runs it."""
+    name: str                       # e.g. "Q4_K_M"; the file stem when the name carries no quant
+    files: list[str]                # repo paths; several only for split files (-00001-of-00002.gguf)
+    size: int | None                # bytes over all parts, when the Hub listed sizes
+    supported: bool
+    reason: str = ""                # why not, when not supported
+
+    @property
+    def split(self) -> bool:
+        return len(self.files) > 1
+
+
+def quant_name(filename: str) -> str | None:
+    """The quant named in a GGUF file name (upper case, FP16 -> F16), or None if it names none."""
+    stem = _SPLIT_PART.sub("", filename.rsplit("/", 1)[-1][:-len(".gguf")])
+    found = _QUANT_IN_NAME.findall(stem)
+    if not found:
+        return None
+    name = found[-1].upper()  # the last match: "Llama-3-8B-Q4_K_M" names Q4_K_M, not a size
+    return {"FP16": "F16", "FP32": "F32"}.get(name, name)
+
+
+def quant_reason(name: str | None) -> str:
+    """Why the engine cannot run a quant of this name; empty if it can or if the name says nothing."""
+    if name is None or not _UNRUNNABLE_QUANT.fullmatch(name):
+        return ""
+    return f"{name} uses tensor types the engine does not run (it runs {GGUF_TYPES_TEXT})"
+
+
+def is_gguf_model_file(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1].lower()
+    return base.endswith(".gguf") and not base.startswith("mmproj")  # mmproj: a vision projector, no LM
+
+
+def gguf_quants(names: list[str], sizes: dict[str, int | None] | None = None) -> list[GGUFQuant]:
+    """The quants in a repo listing, smallest first; split parts grouped into one quant with the summed size."""
+    sizes = sizes or {}
+    groups: dict[str, list[str]] = {}
+    for name in sorted(n for n in names if is_gguf_model_file(n)):
+        groups.setdefault(_SPLIT_PART.sub("", name[:-len(".gguf")]), []).append(name)
+    named = [(quant_name(files[0]), stem, files) for stem, files in groups.items()]
+    counts: dict[str | None, int] = {}
+    for qname, _stem, _files in named:
+        counts[qname] = counts.get(qname, 0) + 1
+    quants = []
+    for qname, stem, files in named:
+        # Two files of one quant (e.g. in subfolders) or no quant in the name: the file stem tells them apart.
+        label = qname if qname is not None and counts[qname] == 1 else stem
+        part_sizes = [sizes.get(f) for f in files]
+        size = sum(part_sizes) if part_sizes and all(s is not None for s in part_sizes) else None
+        reason = quant_reason(qname)
+        quants.append(GGUFQuant(label, files, size, not reason, reason))
+    return sorted(quants, key=lambda q: (q.size is None, q.size or 0, q.name))
+
+
+def gguf_architecture(gguf_metadata: dict | None, tags: list[str] | None) -> str | None:
+    """The GGUF architecture of a repo: the Hub's GGUF metadata, else a family tag; None if neither says."""
+    arch = (gguf_metadata or {}).get("architecture")
+    if arch:
+        return str(arch)
+    return next((t for t in tags or [] if t in GGUF_ARCHITECTURES), None)
+
+
+def gguf_architecture_reason(arch: str | None) -> str:
+    if arch is None or arch in GGUF_ARCHITECTURES:
+        return ""
+    return f"GGUF architecture {arch!r} is not implemented ({SUPPORTED_TEXT})"
+
+
+def gguf_repo_reason(arch: str | None, quants: list[GGUFQuant]) -> str:
+    """Empty if the engine runs some quant of this GGUF repo, else why not."""
+    if not quants:
+        return "no GGUF model files in the repo"
+    if arch is None:
+        return "the Hub does not say which architecture these GGUF files are (pull a quant: the file tells)"
+    if gguf_architecture_reason(arch):
+        return gguf_architecture_reason(arch)
+    if not any(q.supported for q in quants):
+        return f"no GGUF file of a type the engine runs ({GGUF_TYPES_TEXT}): has {', '.join(q.name for q in quants)}"
+    return ""
+
+
+def base_models(tags: list[str] | None, card_data: dict | None = None) -> list[str]:
+    """Repos this one was made from: the model card's base_model, else the Hub's base_model:... tags."""
+    base = (card_data or {}).get("base_model")
+    if base:
+        return [base] if isinstance(base, str) else [b for b in base if isinstance(b, str)]
+    found = [t.rsplit(":", 1)[-1] for t in tags or [] if t.startswith("base_model:") and t.count(":") <= 2]
+    return list(dict.fromkeys(found))  # "base_model:X" and "base_model:quantized:X" name X twice

@@ -51,6 +51,7 @@ class HubModel:
     supported: bool
     reason: str = ""                # why the engine cannot run it (empty when supported)
     kind: str = "model"             # "model" | "adapter"
+    quants: list = field(default_factory=list)  # GGUF repos: a support.GGUFQuant per quant file, smallest first
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,6 +1,7 @@
 """A stand-in Hugging Face Hub: a real HTTP server on 127.0.0.1 speaking what huggingface_hub uses.
 
-Endpoints: GET /api/models (search), GET /api/models/{repo}[/revision/{rev}] (info, ?blobs=true sizes),
+Endpoints: GET /api/models (search: names only, as the Hub lists siblings),
+GET /api/models/{repo}[/revision/{rev}] (info, ?blobs=true sizes; GGUF repos also carry "gguf" metadata),
 HEAD/GET /{repo}/resolve/{rev}/{file} with ETag (git sha1 or LFS sha256),
 X-Repo-Commit, X-Linked-Etag/-Size, Content-Length and Range. Faults for tests: gated repos, a dropped
 connection midway, a corrupted body, slow bodies.
@@ -56,6 +57,8 @@ class FakeRepo:
     likes: int = 0
     last_modified: str = "2025-01-01T00:00:00.000Z"
     pipeline_tag: str = "text-generation"
+    tags: list[str] = field(default_factory=list)
+    gguf: dict | None = None        # the Hub's GGUF metadata of GGUF repos: {"architecture": "llama", "total": n}
 
     def __post_init__(self):
         self.sha = self.sha or hashlib.sha1(self.repo_id.encode() + str(sorted(self.files)).encode()).hexdigest()
@@ -80,13 +83,15 @@ class FakeRepo:
         counts = _param_counts(self.files)
         out = {"id": self.repo_id, "modelId": self.repo_id, "sha": self.sha, "private": False,
                "gated": "manual" if self.gated else False, "downloads": self.downloads, "likes": self.likes,
-               "lastModified": self.last_modified, "pipeline_tag": self.pipeline_tag, "tags": [],
+               "lastModified": self.last_modified, "pipeline_tag": self.pipeline_tag, "tags": list(self.tags),
                "library_name": "transformers", "siblings": siblings}
         if config is not None:
             out["config"] = {k: config[k] for k in ("architectures", "model_type", "quantization_config")
                              if k in config}
         if counts:
             out["safetensors"] = {"parameters": counts, "total": sum(counts.values())}
+        if self.gguf is not None:
+            out["gguf"] = dict(self.gguf)
         return out
 
 

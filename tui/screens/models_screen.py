@@ -14,6 +14,7 @@ from textual.widgets import (Button, Checkbox, DataTable, Footer, Header, Input,
                              TabbedContent, TabPane)
 
 from .dialogs import Confirm
+from .quant_picker import QuantPicker
 
 
 def human_size(num_bytes: int | None) -> str:
@@ -42,6 +43,7 @@ class ModelsScreen(Screen):
         self.initial_tab = initial_tab
         self.cancel_event: threading.Event | None = None
         self.library: list = []
+        self.results: dict = {}      # repo id -> the search hit (GGUF hits carry their quants)
 
     def compose(self):
         yield Header()
@@ -52,7 +54,7 @@ class ModelsScreen(Screen):
                     yield Select([("downloads", "downloads"), ("likes", "likes"), ("recent", "recent")],
                                  value="downloads", allow_blank=False, id="search-sort")
                 yield DataTable(id="search-results", cursor_type="row")
-                yield Label("Enter on a result downloads it.", classes="hint")
+                yield Label("Enter on a result downloads it (GGUF repos: pick a quant first).", classes="hint")
             with TabPane("Library", id="library"):
                 yield DataTable(id="library-table", cursor_type="row")
                 yield Label("Enter: use in this session · Delete: remove from disk", classes="hint")
@@ -72,8 +74,8 @@ class ModelsScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#search-results", DataTable).add_columns("model", "downloads", "likes", "updated")
-        self.query_one("#library-table", DataTable).add_columns("name", "architecture", "params", "dtype",
+        self.query_one("#search-results", DataTable).add_columns("model", "downloads", "likes", "updated", "format")
+        self.query_one("#library-table", DataTable).add_columns("name", "architecture", "params", "weights",
                                                                 "context", "size", "status")
         self.query_one("#adapter-table", DataTable).add_columns("name", "base", "size")
         self.query_one("#transfer").display = False
@@ -107,7 +109,8 @@ class ModelsScreen(Screen):
                 adapters.add_row(m.name, getattr(m, "architecture", "") or "", human_size(m.size_bytes), key=m.name)
             else:
                 status = "ok" if m.supported else f"unsupported: {m.reason}"
-                table.add_row(m.name, m.architecture or "?", human_count(m.num_params), m.dtype or "?",
+                weights = getattr(m, "quant", None) or m.dtype or "?"   # a GGUF run as it is: its quant
+                table.add_row(m.name, m.architecture or "?", human_count(m.num_params), weights,
                               str(m.context_length or "?"), human_size(m.size_bytes), status, key=m.name)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -119,7 +122,12 @@ class ModelsScreen(Screen):
         elif table_id == "adapter-table":
             self.app.attach_adapter(key)
         elif table_id == "search-results":
-            self.download(key)
+            hit = self.results.get(key)
+            if hit is not None and getattr(hit, "quants", None):
+                self.app.push_screen(QuantPicker(key, hit.quants),
+                                     lambda quant: self.download(key, quant) if quant else None)
+            else:
+                self.download(key)
 
     def action_delete_model(self) -> None:
         table = self.query_one("#library-table", DataTable)
@@ -162,11 +170,15 @@ class ModelsScreen(Screen):
     def show_results(self, results: list) -> None:
         table = self.query_one("#search-results", DataTable)
         table.clear()
+        self.results = {}
         for r in results:
             repo = getattr(r, "repo_id", None) or getattr(r, "id", "?")
+            self.results[repo] = r
             updated = str(getattr(r, "last_modified", "") or "")[:10]
+            quants = getattr(r, "quants", None)
+            fmt = f"GGUF, {len(quants)} quant{'s' if len(quants) != 1 else ''}" if quants else "safetensors"
             table.add_row(repo, str(getattr(r, "downloads", "") or ""), str(getattr(r, "likes", "") or ""),
-                          updated, key=repo)
+                          updated, fmt, key=repo)
         if not results:
             self.notify("No models found")
 
@@ -183,15 +195,20 @@ class ModelsScreen(Screen):
         return report
 
     @work(thread=True, exclusive=True, group="transfer")
-    def download(self, repo_id: str) -> None:
+    def download(self, repo_id: str, quant: str | None = None) -> None:
         self.cancel_event = threading.Event()
-        self.app.call_from_thread(self.show_progress, f"Downloading {repo_id}… (ctrl+x cancels)", 0, None)
+        what = f"{repo_id} {quant}" if quant else repo_id
+        self.app.call_from_thread(self.show_progress, f"Downloading {what}… (ctrl+x cancels)", 0, None)
+        progress = self.progress_callback(f"Downloading {what}… (ctrl+x cancels)")
         try:
-            model = self.store().pull(repo_id, progress=self.progress_callback(f"Downloading {repo_id}…"),
-                                      cancel=self.cancel_event)
+            if quant:   # one GGUF file, registered in the library by the store's import
+                from llmchat.engine.store.pull import pull_gguf
+                model = pull_gguf(self.store(), repo_id, quant, progress=progress, cancel=self.cancel_event)
+            else:
+                model = self.store().pull(repo_id, progress=progress, cancel=self.cancel_event)
             message, severity = f"Downloaded {model.name} ({human_size(model.size_bytes)})", "information"
         except Exception as exc:   # cancelled, offline, unsupported: all shown, none fatal
-            message, severity = f"Download of {repo_id} stopped: {exc}", "warning"
+            message, severity = f"Download of {what} stopped: {exc}", "warning"
         self.app.call_from_thread(self.finish_transfer, message, severity)
 
     def action_cancel_download(self) -> None:

@@ -4,6 +4,7 @@
 // integers, and each output always runs the same sequence of block dots, so results do not depend on M.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "../vec/qdot.h"
@@ -22,63 +23,81 @@ namespace llmchat {
 namespace {
 
 using qdot::QAcc;
+using qdot::QPair;
 using qdot::QVec;
 
 constexpr int kRows = 4;     // weight rows per register tile
 constexpr int kGroup = 16;   // weight rows per task step (unpacked together for large M)
 constexpr int kTok = qdot::kTokens;
 
-struct Acts {  // quantized activations
+constexpr bool paired(QuantKind k) { return k == QuantKind::Q4 || k == QuantKind::Q5; }
+
+// Quantized activations. The 4/5-bit kinds read them in pair order (qdot.h), rows padded to whole pairs
+// (zeros, d = 0); the 8-bit kinds in plain order.
+struct Acts {
   const int8_t* q;
   const float *d, *dsum;
+  int64_t row, blocks;  // q elements and d entries per token
 };
 
+// Blocks b, b + 1 of a 4/5-bit row (b + 1 zero when b is the row's last block).
 template <QuantKind KIND>
-inline QVec packed_block(const QuantWeightView& w, int64_t row, int64_t b, int64_t nb) {
-  if constexpr (KIND == QuantKind::Q4) {
-    return qdot::load_q4(static_cast<const uint8_t*>(w.values) + (row * nb + b) * 16);
-  } else if constexpr (KIND == QuantKind::Q5) {
-    return qdot::load_q5(static_cast<const uint8_t*>(w.values) + (row * nb + b) * 16, w.high[row * nb + b]);
+inline QPair packed_pair(const QuantWeightView& w, int64_t row, int64_t b, int64_t nb) {
+  const uint8_t* qs = static_cast<const uint8_t*>(w.values) + (row * nb + b) * 16;
+  const bool single = b + 1 == nb;
+  if constexpr (KIND == QuantKind::Q5) {
+    const uint32_t* qh = w.high + row * nb + b;
+    return single ? qdot::load_q5_single(qs, qh) : qdot::load_q5_pair(qs, qh);
   } else {
-    return qdot::load32(static_cast<const int8_t*>(w.values) + row * w.k + 32 * b);
+    return single ? qdot::load_q4_single(qs) : qdot::load_q4_pair(qs);
   }
 }
 
-// Weight blocks read straight from the packed weight, or from a group unpacked into scratch.
+// Weight pairs read straight from the packed weight, or from a group unpacked into scratch (64 bytes a pair).
 template <QuantKind KIND>
 struct Packed {
   const QuantWeightView& w;
   int64_t nb;
-  QVec operator()(int64_t row, int64_t b) const { return packed_block<KIND>(w, row, b, nb); }
+  QPair operator()(int64_t row, int64_t b) const { return packed_pair<KIND>(w, row, b, nb); }
 };
 struct Unpacked {
   const int8_t* base;  // row `first` of the group
-  int64_t first, k;
-  QVec operator()(int64_t row, int64_t b) const { return qdot::load32(base + (row - first) * k + 32 * b); }
+  int64_t first, row_bytes;
+  QPair operator()(int64_t row, int64_t b) const { return qdot::load_pair(base + (row - first) * row_bytes + 32 * b); }
 };
 
 // res[r][t] = out[m0 + t, n0 + r] before bias, for R <= kRows rows and T <= kTok tokens.
 template <QuantKind KIND, int R, int T, class Src>
 void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0, float (*res)[kTok]) {
-  const int64_t K = w.k, nb = K / 32;
+  const int64_t nb = w.k / 32;
   QAcc acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = qdot::qzero();
-  for (int64_t b = 0; b < nb; ++b) {
-    QVec av[T];
-    float d[T];
-    for (int t = 0; t < T; ++t) av[t] = qdot::load32(x.q + (m0 + t) * K + 32 * b), d[t] = x.d[(m0 + t) * nb + b];
-    for (int r = 0; r < R; ++r) {
-      const QVec wv = src(n0 + r, b);
-      if constexpr (KIND == QuantKind::Q8Halves) {
-        const float lo = w.scales[(n0 + r) * 2 * nb + 2 * b], hi = w.scales[(n0 + r) * 2 * nb + 2 * b + 1];
-        for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8_halves(acc[r][t], wv, av[t], lo * d[t], hi * d[t]);
-      } else if constexpr (KIND == QuantKind::Q8) {
-        const float s = w.scales[(n0 + r) * nb + b];
-        for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8(acc[r][t], wv, av[t], s * d[t]);
-      } else {
-        const float s = w.scales[(n0 + r) * nb + b];
-        for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_u8(acc[r][t], wv, av[t], s * d[t]);
+  if constexpr (paired(KIND)) {
+    for (int64_t b = 0; b < nb; b += 2) {
+      const bool single = b + 1 == nb;
+      for (int r = 0; r < R; ++r) {
+        const QPair wv = src(n0 + r, b);
+        const float* sc = w.scales + (n0 + r) * nb + b;
+        const float s2[2] = {sc[0], single ? 0.f : sc[1]};
+        for (int t = 0; t < T; ++t)
+          acc[r][t] = qdot::fma_pair_u8(acc[r][t], wv, x.q + (m0 + t) * x.row + 32 * b, s2, x.d + (m0 + t) * x.blocks + b);
+      }
+    }
+  } else {
+    for (int64_t b = 0; b < nb; ++b) {
+      QVec av[T];
+      float d[T];
+      for (int t = 0; t < T; ++t) av[t] = qdot::load32(x.q + (m0 + t) * x.row + 32 * b), d[t] = x.d[(m0 + t) * x.blocks + b];
+      for (int r = 0; r < R; ++r) {
+        const QVec wv = qdot::load32(static_cast<const int8_t*>(w.values) + (n0 + r) * w.k + 32 * b);
+        if constexpr (KIND == QuantKind::Q8Halves) {
+          const float lo = w.scales[(n0 + r) * 2 * nb + 2 * b], hi = w.scales[(n0 + r) * 2 * nb + 2 * b + 1];
+          for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8_halves(acc[r][t], wv, av[t], lo * d[t], hi * d[t]);
+        } else {
+          const float s = w.scales[(n0 + r) * nb + b];
+          for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8(acc[r][t], wv, av[t], s * d[t]);
+        }
       }
     }
   }
@@ -87,7 +106,7 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
       float v = qdot::qsum(acc[r][t]);
       if (w.mins != nullptr) {  // the mins meet the activation block sums, in block order
         const float* mn = w.mins + (n0 + r) * nb;
-        const float* ds = x.dsum + (m0 + t) * nb;
+        const float* ds = x.dsum + (m0 + t) * x.blocks;
         float s = 0.f;
         for (int64_t b = 0; b < nb; ++b) s = s + mn[b] * ds[b];
         v = v + s;
@@ -150,44 +169,70 @@ void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const QuantWeightView& w = a.w;
   const int64_t nb = w.k / 32, groups = (w.n + kGroup - 1) / kGroup;
   const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
-  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, (1 << 20) / std::max<int64_t>(1, w.k * kGroup * a.m)));
-  constexpr bool kUnpacks = KIND == QuantKind::Q4 || KIND == QuantKind::Q5;
-  const bool unpack = kUnpacks && a.m > kTok;
+  const int64_t work = std::max<int64_t>(1, w.k * kGroup * a.m);
+  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, (1 << 20) / work));
+  const bool unpack = paired(KIND) && a.m > kTok;
   rt.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
-    std::vector<int8_t> scratch(unpack ? size_t(kGroup * w.k) : 0);
+    if constexpr (paired(KIND)) {
+      if (unpack) {
+        const int64_t row_bytes = x.row;  // one row unpacked: whole pairs, like an activation row
+        std::vector<int8_t> scratch(size_t(kGroup * row_bytes));
+        for (int64_t g = g0; g < g1; ++g) {
+          const int64_t n0 = g * kGroup, rows = std::min<int64_t>(kGroup, w.n - n0);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t b = 0; b < nb; b += 2)
+              qdot::store_pair(scratch.data() + r * row_bytes + 32 * b, packed_pair<KIND>(w, n0 + r, b, nb));
+          group_tiles<KIND>(a, Unpacked{scratch.data(), n0, row_bytes}, n0, rows, x);
+        }
+        return;
+      }
+    }
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t n0 = g * kGroup, rows = std::min<int64_t>(kGroup, w.n - n0);
-      if (unpack) {
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t b = 0; b < nb; ++b)
-            qdot::store32(scratch.data() + r * w.k + 32 * b, packed_block<KIND>(w, n0 + r, b, nb));
-        group_tiles<KIND>(a, Unpacked{scratch.data(), n0, w.k}, n0, rows, x);
-      } else {
-        group_tiles<KIND>(a, Packed<KIND>{w, nb}, n0, rows, x);
-      }
+      group_tiles<KIND>(a, Packed<KIND>{w, nb}, n0, rows, x);
     }
   });
 }
 
+// Where element j of block b goes in a row of pair order.
+inline int64_t pair_position(int64_t b, int j) { return 64 * (b / 2) + 16 * (b % 2) + (j < 16 ? j : 16 + j); }
+
 template <typename T>
-void quantize_rows(const T* x, int64_t x_stride, int64_t m0, int64_t m1, int64_t k, int8_t* q, float* d, float* dsum) {
+void quantize_rows(const T* x, int64_t x_stride, int64_t m0, int64_t m1, int64_t k, bool pairs, int64_t row,
+                   int64_t blocks, int8_t* q, float* d, float* dsum) {
   const int64_t nb = k / 32;
-  for (int64_t m = m0; m < m1; ++m)
+  for (int64_t m = m0; m < m1; ++m) {
+    int8_t* qr = q + m * row;
     for (int64_t b = 0; b < nb; ++b) {
       const T* xb = x + m * x_stride + 32 * b;
       float v[32], amax = 0.f;
       for (int j = 0; j < 32; ++j) v[j] = to_float(xb[j]), amax = std::max(amax, std::fabs(v[j]));
       const float scale = amax / 127.f, inv = scale != 0.f ? 1.f / scale : 0.f;
-      int8_t* qb = q + m * k + 32 * b;
       int32_t sum = 0;
       for (int j = 0; j < 32; ++j) {
         const float r = std::nearbyint(v[j] * inv);  // round half to even, as torch.round
-        qb[j] = int8_t(std::max(-127.f, std::min(127.f, r)));
-        sum += qb[j];
+        const int8_t qj = int8_t(std::max(-127.f, std::min(127.f, r)));
+        qr[pairs ? pair_position(b, j) : 32 * b + j] = qj;
+        sum += qj;
       }
-      d[m * nb + b] = scale;
-      dsum[m * nb + b] = scale * float(sum);
+      d[m * blocks + b] = scale;
+      dsum[m * blocks + b] = scale * float(sum);
     }
+    for (int64_t b = nb; b < blocks; ++b) {  // the padding block of an odd count
+      for (int j = 0; j < 32; ++j) qr[pair_position(b, j)] = 0;
+      d[m * blocks + b] = 0.f, dsum[m * blocks + b] = 0.f;
+    }
+  }
+}
+
+void quantize(DType dt, const void* x, int64_t x_stride, int64_t m, int64_t k, bool pairs, int64_t row,
+              int64_t blocks, int8_t* q, float* d, float* dsum, const Runtime& rt) {
+  rt.parallel_for(m, grain_for(k), [&](int64_t m0, int64_t m1) {
+    dispatch_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      quantize_rows(static_cast<const T*>(x), x_stride, m0, m1, k, pairs, row, blocks, q, d, dsum);
+    });
+  });
 }
 
 }  // namespace
@@ -196,22 +241,19 @@ const char* quant_isa_name() { return qdot::kIsa; }
 
 void quantize_activations(DType dt, const void* x, int64_t x_stride, int64_t m, int64_t k, int8_t* q, float* d,
                           float* dsum, const Runtime& rt) {
-  rt.parallel_for(m, grain_for(k), [&](int64_t m0, int64_t m1) {
-    dispatch_dtype(dt, [&](auto tag) {
-      using T = decltype(tag);
-      quantize_rows(static_cast<const T*>(x), x_stride, m0, m1, k, q, d, dsum);
-    });
-  });
+  quantize(dt, x, x_stride, m, k, false, k, k / 32, q, d, dsum, rt);
 }
 
 void quant_linear(const QuantLinearArgs& a, const Runtime& rt) {
   if (a.m <= 0 || a.w.n <= 0) return;
-  const int64_t K = a.w.k, nb = K / 32;
+  const int64_t nb = a.w.k / 32;
+  const bool pairs = paired(a.w.kind);
+  const int64_t blocks = pairs ? nb + nb % 2 : nb, row = 32 * blocks;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d, dsum;
-  q.resize(size_t(a.m * K)), d.resize(size_t(a.m * nb)), dsum.resize(size_t(a.m * nb));
-  quantize_activations(a.dtype, a.x, a.x_stride, a.m, K, q.data(), d.data(), dsum.data(), rt);
-  const Acts x{q.data(), d.data(), dsum.data()};
+  q.resize(size_t(a.m * row)), d.resize(size_t(a.m * blocks)), dsum.resize(size_t(a.m * blocks));
+  quantize(a.dtype, a.x, a.x_stride, a.m, a.w.k, pairs, row, blocks, q.data(), d.data(), dsum.data(), rt);
+  const Acts x{q.data(), d.data(), dsum.data(), row, blocks};
   switch (a.w.kind) {
     case QuantKind::Q8: return run<QuantKind::Q8>(a, x, rt);
     case QuantKind::Q8Halves: return run<QuantKind::Q8Halves>(a, x, rt);
@@ -224,23 +266,25 @@ void quant_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, D
                 int64_t out_stride, const Runtime& rt) {
   const int64_t K = w.k, nb = K / 32;
   rt.parallel_for(num_ids, grain_for(K), [&](int64_t i0, int64_t i1) {
-    int8_t vals[32];
+    int8_t vals[64];
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t row = ids[i];
       dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         T* o = static_cast<T*>(out) + i * out_stride;
         for (int64_t b = 0; b < nb; ++b) {
-          QVec v;
-          switch (w.kind) {
-            case QuantKind::Q4: v = packed_block<QuantKind::Q4>(w, row, b, nb); break;
-            case QuantKind::Q5: v = packed_block<QuantKind::Q5>(w, row, b, nb); break;
-            default: v = packed_block<QuantKind::Q8>(w, row, b, nb); break;
+          int8_t block[32];
+          if (paired(w.kind)) {  // unpack the block alone (as the first of a pair), then undo the pair order
+            const uint8_t* qs = static_cast<const uint8_t*>(w.values) + (row * nb + b) * 16;
+            qdot::store_pair(vals, w.kind == QuantKind::Q5 ? qdot::load_q5_single(qs, w.high + row * nb + b)
+                                                           : qdot::load_q4_single(qs));
+            for (int j = 0; j < 32; ++j) block[j] = vals[j < 16 ? j : 16 + j];
+          } else {
+            std::memcpy(block, static_cast<const int8_t*>(w.values) + row * K + 32 * b, 32);
           }
-          qdot::store32(vals, v);
           for (int j = 0; j < 32; ++j) {
             const float s = w.kind == QuantKind::Q8Halves ? w.scales[row * 2 * nb + 2 * b + j / 16] : w.scales[row * nb + b];
-            float value = s * float(vals[j]);                       // two roundings, as numpy does it:
+            float value = s * float(block[j]);                            // two roundings, as numpy does it:
             if (w.mins != nullptr) value = value + w.mins[row * nb + b];  // never one fused multiply-add
             o[32 * b + j] = from_float<T>(value);
           }

@@ -23,28 +23,56 @@ inline float qsum(QAcc a) {
 inline QVec load32(const void* p) { return {_mm256_loadu_si256(static_cast<const __m256i*>(p))}; }
 inline void store32(void* p, const QVec& q) { _mm256_storeu_si256(static_cast<__m256i*>(p), q.v); }
 
-inline QVec load_q4(const uint8_t* qs) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), m = _mm_set1_epi8(0x0F);
-  return {_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m))};
+// lo = the low nibbles of both blocks (positions 0..31 of the pair order), hi = the high nibbles (32..63).
+struct QPair { __m256i lo, hi; };
+
+inline QPair split_nibbles(__m256i b) {
+  const __m256i m = _mm256_set1_epi8(0x0F);
+  return {_mm256_and_si256(b, m), _mm256_and_si256(_mm256_srli_epi16(b, 4), m)};
 }
-inline QVec load_q5(const uint8_t* qs, uint32_t qh) {
-  // byte j takes byte j/8 of qh, then tests its bit j%8
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(int(qh)), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
-                                                   2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+inline QPair load_q4_pair(const uint8_t* qs) { return split_nibbles(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs))); }
+inline QPair load_q4_single(const uint8_t* qs) {
+  return split_nibbles(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs))));
+}
+// 0x10 in each byte whose bit is set: 128-bit lane i of the result holds bits of h_i, bytes of h_i picked by idx.
+inline __m256i bit_bytes(__m256i h, __m256i idx) {
   const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-  return {_mm256_or_si256(load_q4(qs).v, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))};
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, idx), bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+inline QPair add_high_bits(QPair q, uint32_t h0, uint32_t h1) {
+  const __m256i h = _mm256_set_m128i(_mm_set1_epi32(int(h1)), _mm_set1_epi32(int(h0)));
+  const __m256i lo_idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+                                          1, 1, 1, 1, 1, 1, 1);
+  const __m256i hi_idx = _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                          3, 3, 3, 3, 3, 3, 3);
+  return {_mm256_or_si256(q.lo, bit_bytes(h, lo_idx)), _mm256_or_si256(q.hi, bit_bytes(h, hi_idx))};
+}
+inline QPair load_q5_pair(const uint8_t* qs, const uint32_t* qh) { return add_high_bits(load_q4_pair(qs), qh[0], qh[1]); }
+inline QPair load_q5_single(const uint8_t* qs, const uint32_t* qh) { return add_high_bits(load_q4_single(qs), qh[0], 0); }
+inline QPair load_pair(const int8_t* p) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))};
+}
+inline void store_pair(int8_t* p, const QPair& q) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), q.lo), _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 32), q.hi);
 }
 
-inline __m256i idot_u8(__m256i w, __m256i a) {
+inline __m256i idot_u8(__m256i w, __m256i a) {  // 8 lanes of 4 elements each
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
 }
 inline __m256i idot_s8(__m256i w, __m256i a) {  // |w| as u8, the sign moved onto a
   return idot_u8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
-inline QAcc fma_u8(QAcc acc, const QVec& w, const QVec& a, float s) {
-  return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(idot_u8(w.v, a.v)), _mm256_set1_ps(s), acc.v)};
+// Weights <= 31: two int16 pair sums (<= 2 * 31 * 127 each) add without overflow before madd, whose lanes 0-3
+// then hold block b and lanes 4-7 block b+1.
+inline QAcc fma_pair_u8(QAcc acc, const QPair& w, const int8_t* a, const float* s, const float* d) {
+  const QVec a0 = load32(a), a1 = load32(a + 32);
+  const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, a0.v), _mm256_maddubs_epi16(w.hi, a1.v));
+  const __m256i i = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+  const __m128 sd = _mm_mul_ps(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s))),
+                               _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(d))));
+  const __m256 scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sd), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+  return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(i), scale, acc.v)};
 }
 inline QAcc fma_s8(QAcc acc, const QVec& w, const QVec& a, float s) {
   return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(idot_s8(w.v, a.v)), _mm256_set1_ps(s), acc.v)};

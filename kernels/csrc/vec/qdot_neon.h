@@ -30,6 +30,9 @@ inline void store32(void* p, const QVec& q) {
   int8_t* b = static_cast<int8_t*>(p);
   vst1q_s8(b, q.lo), vst1q_s8(b + 16, q.hi);
 }
+// One block's 32 weights as lo = elements 0..15, hi = 16..31; a pair is blocks b (x) and b+1 (y).
+struct QPair { QVec x, y; };
+
 inline QVec load_q4(const uint8_t* qs) {
   const uint8x16_t b = vld1q_u8(qs);
   return {vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(0x0F))), vreinterpretq_s8_u8(vshrq_n_u8(b, 4))};
@@ -46,6 +49,17 @@ inline QVec load_q5(const uint8_t* qs, uint32_t qh) {
   QVec q = load_q4(qs);
   return {vorrq_s8(q.lo, vreinterpretq_s8_u8(lo)), vorrq_s8(q.hi, vreinterpretq_s8_u8(hi))};
 }
+inline QVec zero_block() { return {vdupq_n_s8(0), vdupq_n_s8(0)}; }
+inline QPair load_q4_pair(const uint8_t* qs) { return {load_q4(qs), load_q4(qs + 16)}; }
+inline QPair load_q4_single(const uint8_t* qs) { return {load_q4(qs), zero_block()}; }
+inline QPair load_q5_pair(const uint8_t* qs, const uint32_t* qh) { return {load_q5(qs, qh[0]), load_q5(qs + 16, qh[1])}; }
+inline QPair load_q5_single(const uint8_t* qs, const uint32_t* qh) { return {load_q5(qs, qh[0]), zero_block()}; }
+inline QPair load_pair(const int8_t* p) {  // pair order: x.lo, y.lo, x.hi, y.hi
+  return {{vld1q_s8(p), vld1q_s8(p + 32)}, {vld1q_s8(p + 16), vld1q_s8(p + 48)}};
+}
+inline void store_pair(int8_t* p, const QPair& q) {
+  vst1q_s8(p, q.x.lo), vst1q_s8(p + 16, q.y.lo), vst1q_s8(p + 32, q.x.hi), vst1q_s8(p + 48, q.y.hi);
+}
 
 inline int32x4_t idot16(int8x16_t w, int8x16_t a) {
 #if defined(__ARM_FEATURE_DOTPROD)
@@ -60,7 +74,12 @@ inline QAcc fma_s8(QAcc acc, const QVec& w, const QVec& a, float s) {
   const int32x4_t i = vaddq_s32(idot16(w.lo, a.lo), idot16(w.hi, a.hi));
   return {vfmaq_n_f32(acc.v, vcvtq_f32_s32(i), s)};
 }
-inline QAcc fma_u8(QAcc acc, const QVec& w, const QVec& a, float s) { return fma_s8(acc, w, a, s); }  // w <= 31
+inline QAcc fma_pair_u8(QAcc acc, const QPair& w, const int8_t* a, const float* s, const float* d) {
+  const int32x4_t i0 = vaddq_s32(idot16(w.x.lo, vld1q_s8(a)), idot16(w.x.hi, vld1q_s8(a + 32)));
+  const int32x4_t i1 = vaddq_s32(idot16(w.y.lo, vld1q_s8(a + 16)), idot16(w.y.hi, vld1q_s8(a + 48)));
+  const float32x4_t v = vfmaq_n_f32(acc.v, vcvtq_f32_s32(i0), s[0] * d[0]);
+  return {vfmaq_n_f32(v, vcvtq_f32_s32(i1), s[1] * d[1])};
+}
 inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, float lo, float hi) {
   const float32x4_t v = vfmaq_n_f32(acc.v, vcvtq_f32_s32(idot16(w.lo, a.lo)), lo);
   return {vfmaq_n_f32(v, vcvtq_f32_s32(idot16(w.hi, a.hi)), hi)};

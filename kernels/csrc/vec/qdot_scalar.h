@@ -16,23 +16,50 @@ inline float qsum(QAcc a) { return a.v; }
 inline QVec load32(const void* p) { QVec q; std::memcpy(q.v, p, 32); return q; }
 inline void store32(void* p, const QVec& q) { std::memcpy(p, q.v, 32); }
 
-inline QVec load_q4(const uint8_t* qs) {
-  QVec q;
-  for (int j = 0; j < 16; ++j) q.v[j] = int8_t(qs[j] & 15), q.v[j + 16] = int8_t(qs[j] >> 4);
+struct QPair { int8_t v[64]; };
+
+// Block `half` (0 or 1) of a pair from 16 nibble bytes and its bit plane (0 for the 4-bit kinds).
+inline void put_block(QPair& q, int half, const uint8_t* qs, uint32_t qh) {
+  for (int j = 0; j < 16; ++j) {
+    q.v[16 * half + j] = int8_t((qs[j] & 15) | (((qh >> j) & 1u) << 4));
+    q.v[32 + 16 * half + j] = int8_t((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+  }
+}
+inline QPair load_q5_pair(const uint8_t* qs, const uint32_t* qh) {
+  QPair q;
+  put_block(q, 0, qs, qh[0]), put_block(q, 1, qs + 16, qh[1]);
   return q;
 }
-inline QVec load_q5(const uint8_t* qs, uint32_t qh) {
-  QVec q = load_q4(qs);
-  for (int j = 0; j < 32; ++j) q.v[j] = int8_t(q.v[j] | (((qh >> j) & 1u) << 4));
+inline QPair load_q5_single(const uint8_t* qs, const uint32_t* qh) {
+  QPair q{};
+  put_block(q, 0, qs, qh[0]);
   return q;
 }
+inline QPair load_q4_pair(const uint8_t* qs) {
+  const uint32_t zero[2] = {0, 0};
+  return load_q5_pair(qs, zero);
+}
+inline QPair load_q4_single(const uint8_t* qs) {
+  const uint32_t zero[2] = {0, 0};
+  return load_q5_single(qs, zero);
+}
+inline QPair load_pair(const int8_t* p) { QPair q; std::memcpy(q.v, p, 64); return q; }
+inline void store_pair(int8_t* p, const QPair& q) { std::memcpy(p, q.v, 64); }
 
 inline int32_t idot(const QVec& w, const QVec& a, int from, int to) {
   int32_t s = 0;
   for (int j = from; j < to; ++j) s += int32_t(w.v[j]) * int32_t(a.v[j]);
   return s;
 }
-inline QAcc fma_u8(QAcc acc, const QVec& w, const QVec& a, float s) { return {acc.v + float(idot(w, a, 0, 32)) * s}; }
+inline QAcc fma_pair_u8(QAcc acc, const QPair& w, const int8_t* a, const float* s, const float* d) {
+  int32_t i0 = 0, i1 = 0;
+  for (int j = 0; j < 16; ++j) {
+    i0 += int32_t(w.v[j]) * a[j] + int32_t(w.v[32 + j]) * a[32 + j];
+    i1 += int32_t(w.v[16 + j]) * a[16 + j] + int32_t(w.v[48 + j]) * a[48 + j];
+  }
+  const float p0 = float(i0) * (s[0] * d[0]), p1 = float(i1) * (s[1] * d[1]);
+  return {acc.v + p0 + p1};
+}
 inline QAcc fma_s8(QAcc acc, const QVec& w, const QVec& a, float s) { return {acc.v + float(idot(w, a, 0, 32)) * s}; }
 inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, float lo, float hi) {
   const float l = float(idot(w, a, 0, 16)) * lo, h = float(idot(w, a, 16, 32)) * hi;
