@@ -1,0 +1,164 @@
+"""GGUF block types -> the kernels' QuantWeight (llmchat.kernels.quant), losslessly.
+
+Each decoder mirrors the gguf package's dequantize for its type: it extracts the same integers and the same
+fp32 per-block factors, so `QuantWeight.dequantize()` gives exactly what `gguf.quants.dequantize` gives.
+Signed 4/5-bit types (Q4_0, Q5_0) become unsigned values with min = -8 d (-16 d): d * q - 8 d is exact in
+fp32, so nothing rounds differently. K-quants' 6-bit sub-block scales are folded into fp32 scales per 32
+(d * sc and dmin * m are exact products of an fp16 and a small integer).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from llmchat.kernels.quant import QuantWeight
+
+QK_K = 256
+# type name -> (block elements, bytes per block)
+BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
+          "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+DENSE = ("F32", "F16", "BF16")
+SUPPORTED = DENSE + tuple(BLOCKS)
+
+
+class UnsupportedTensorType(ValueError):
+    pass
+
+
+def _f16(raw: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(raw).view(np.float16).astype(np.float32)
+
+
+def _nibble_bytes(q: np.ndarray) -> np.ndarray:
+    """u8 values [rows, K] (< 16 after masking) -> the kernels' nibbles [rows, K/2]: per block of 32, byte j
+    holds element j (low) and element j + 16 (high)."""
+    b = (q & 15).reshape(q.shape[0], -1, 2, 16)
+    return (b[:, :, 0] | (b[:, :, 1] << 4)).reshape(q.shape[0], -1).astype(np.uint8)
+
+
+def _high_bits(q: np.ndarray) -> np.ndarray:
+    """Bit 4 of each value -> int32 [rows, K/32], bit j = element j of the block."""
+    bits = ((q >> 4) & 1).reshape(q.shape[0], -1, 32).astype(np.uint64)
+    packed = (bits << np.arange(32, dtype=np.uint64)).sum(-1).astype(np.uint32)
+    return packed.view(np.int32)
+
+
+def _weight(kind: str, source: str, q: np.ndarray, scales: np.ndarray, mins: np.ndarray | None) -> QuantWeight:
+    rows = q.shape[0]
+    t = (lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32).reshape(rows, -1)))
+    if kind in ("q8", "q8h"):
+        values = torch.from_numpy(np.ascontiguousarray(q.astype(np.int8)))
+        return QuantWeight(kind, values, t(scales), None, None, source)
+    high = torch.from_numpy(_high_bits(q)) if kind == "q5" else None
+    return QuantWeight(kind, torch.from_numpy(_nibble_bytes(q)), t(scales), t(mins), high, source)
+
+
+def _q8_0(b):
+    return "q8", b[:, 2:].view(np.int8), _f16(b[:, :2]), None
+
+
+def _lo_hi(qs: np.ndarray) -> np.ndarray:
+    """GGUF's 32-element nibble block (16 bytes: element j low, j + 16 high) -> u8 values [blocks, 32]."""
+    return np.concatenate([qs & 15, qs >> 4], axis=-1)
+
+
+def _qh(raw: np.ndarray) -> np.ndarray:
+    """4 bytes of high bits -> bit 4 of each of 32 elements."""
+    bits = np.ascontiguousarray(raw).view(np.uint32) >> np.arange(32, dtype=np.uint32)
+    return ((bits & 1) << 4).astype(np.uint8)
+
+
+def _q4_0(b):
+    d = _f16(b[:, :2])
+    return "q4", _lo_hi(b[:, 2:]), d, -8 * d
+
+
+def _q4_1(b):
+    return "q4", _lo_hi(b[:, 4:]), _f16(b[:, :2]), _f16(b[:, 2:4])
+
+
+def _q5_0(b):
+    d = _f16(b[:, :2])
+    return "q5", _lo_hi(b[:, 6:]) | _qh(b[:, 2:6]), d, -16 * d
+
+
+def _q5_1(b):
+    return "q5", _lo_hi(b[:, 8:]) | _qh(b[:, 4:8]), _f16(b[:, :2]), _f16(b[:, 2:4])
+
+
+def _k_scales(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K: 12 bytes -> 8 six-bit scales and 8 six-bit mins (as gguf's Q4_K.get_scale_min)."""
+    s = raw.reshape(-1, 3, 4)
+    d, m, m_d = s[:, 0], s[:, 1], s[:, 2]
+    sc = np.concatenate([d & 0x3F, (m_d & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
+    mn = np.concatenate([m & 0x3F, (m_d >> 4) | ((m >> 2) & 0x30)], axis=-1)
+    return sc, mn
+
+
+def _k_factors(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    d, dmin = _f16(b[:, :2]), _f16(b[:, 2:4])
+    sc, mn = _k_scales(b[:, 4:16])
+    return d * sc.astype(np.float32), -(dmin * mn.astype(np.float32))
+
+
+def _k_nibbles(qs: np.ndarray) -> np.ndarray:
+    """128 bytes -> 8 sub-blocks of 32: sub-block 2i is the low nibbles of bytes 32i.., 2i + 1 the high ones."""
+    qs = qs.reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    return (qs & 15).reshape(-1, 8, 32)
+
+
+def _q4_k(b):
+    scales, mins = _k_factors(b)
+    return "q4", _k_nibbles(b[:, 16:]), scales, mins
+
+
+def _q5_k(b):
+    scales, mins = _k_factors(b)
+    qh = b[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+    return "q5", _k_nibbles(b[:, 48:]) | ((qh & 1) << 4), scales, mins
+
+
+def _q6_k(b):
+    ql = b[:, :128].reshape(-1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    ql = (ql & 15).reshape(-1, 8, 32)
+    qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
+    qh = (qh & 3).reshape(-1, 8, 32)
+    q = (ql | (qh << 4)).astype(np.int16) - 32
+    scales = b[:, 192:208].view(np.int8).astype(np.float32) * _f16(b[:, 208:210])
+    return "q8h", q, scales, None
+
+
+DECODERS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1,
+            "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+
+
+def unsupported(type_name: str, tensor: str) -> UnsupportedTensorType:
+    return UnsupportedTensorType(
+        f"tensor {tensor} is of GGUF type {type_name}, which llmchat cannot run yet (it runs {', '.join(SUPPORTED)})")
+
+
+def repack(type_name: str, raw: np.ndarray, rows: int, cols: int, tensor: str = "?") -> QuantWeight:
+    """Raw GGUF blocks of a [rows, cols] tensor (any shape holding rows * blocks-per-row blocks) -> QuantWeight."""
+    if type_name not in DECODERS:
+        raise unsupported(type_name, tensor)
+    elems, size = BLOCKS[type_name]
+    if cols % elems:
+        raise ValueError(f"tensor {tensor}: rows of {cols} are not whole {type_name} blocks of {elems}")
+    blocks = np.ascontiguousarray(raw).reshape(-1)
+    if blocks.size != rows * cols // elems * size:
+        raise ValueError(f"tensor {tensor}: {blocks.size} bytes, a [{rows}, {cols}] {type_name} tensor has "
+                         f"{rows * cols // elems * size}")
+    kind, q, scales, mins = DECODERS[type_name](blocks.reshape(-1, size))
+    return _weight(kind, type_name, np.asarray(q).reshape(rows, cols), np.asarray(scales).reshape(rows, -1),
+                   None if mins is None else np.asarray(mins).reshape(rows, -1))
+
+
+def dense(type_name: str, raw: np.ndarray, rows: int, cols: int) -> torch.Tensor:
+    """F32/F16/BF16 GGUF data -> a float tensor [rows, cols] (or [cols] for rows == 0)."""
+    shape = (rows, cols) if rows else (cols,)
+    a = np.ascontiguousarray(raw).reshape(-1)
+    if type_name == "F32":
+        return torch.from_numpy(a.view(np.float32).copy()).reshape(shape)
+    if type_name == "F16":
+        return torch.from_numpy(a.view(np.float16).copy()).reshape(shape)
+    return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).reshape(shape)
