@@ -1,5 +1,6 @@
-"""Load a Hugging Face model folder straight into the engine's modules (fused qkv / gate_up), from
-safetensors (single file or sharded with model.safetensors.index.json). No transformers model is built."""
+"""Load a model folder straight into the engine's modules (fused qkv / gate_up), from safetensors (single file
+or sharded with model.safetensors.index.json), or from the GGUF file a library folder points at (gguf.json,
+weights kept quantized; engine/quant/). No transformers model is built."""
 from __future__ import annotations
 
 import json
@@ -64,6 +65,23 @@ def resolve_dtype(requested: str, config: dict) -> torch.dtype:
     return DTYPES[name]
 
 
+GGUF_POINTER = "gguf.json"   # {"file": "/abs/model.gguf", "size": bytes}: a GGUF registered in place
+
+
+def gguf_source(folder: Path) -> Path | None:
+    """The GGUF file a library folder runs from, or None for a safetensors folder."""
+    pointer = Path(folder) / GGUF_POINTER
+    if not pointer.exists():
+        return None
+    info = read_json(pointer)
+    path = Path(info.get("file", ""))
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder.name}: its GGUF file {path} is gone (moved or deleted); import it again")
+    if info.get("size") not in (None, path.stat().st_size):
+        raise ValueError(f"{folder.name}: {path} changed since it was imported; import it again")
+    return path
+
+
 def weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.exists():
@@ -94,15 +112,27 @@ def _target(name: str) -> tuple[str, int | None]:
 
 
 def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: int, ops, kernels,
-                progress: LoadProgress | None = None) -> CausalLM:
+                progress: LoadProgress | None = None, quantize: str | None = None) -> CausalLM:
+    """quantize: "q8_0" | "q4_0" | "q4_k" quantizes a 16/32-bit checkpoint's projections while loading."""
     args = ModelArgs.from_config(config)
     with torch.device("meta"):
         model = MODEL_CLASSES[args.architecture](args, ops, kernels)
-    model = model.to(dtype).to_empty(device="cpu")
-    files = weight_files(Path(folder))
-    read_bytes = sum(path.stat().st_size for path in files)
-    total = read_bytes + model.preparation_bytes()
-    load_weights(model, files, progress and (lambda done, _: progress(done, total)))
+    model = model.to(dtype)
+    gguf = gguf_source(Path(folder))
+    if gguf is not None:
+        from .quant.gguf_model import load_gguf_weights
+        read_bytes = total = gguf.stat().st_size
+        load_gguf_weights(model, gguf, dtype, _target, progress and (lambda done, _: progress(done, total)))
+    else:
+        model = model.to_empty(device="cpu")
+        files = weight_files(Path(folder))
+        read_bytes = sum(path.stat().st_size for path in files)
+        total = read_bytes + model.preparation_bytes()
+        load_weights(model, files, progress and (lambda done, _: progress(done, total)))
+        if quantize:
+            from .quant.quantize import quantize_model
+            quantize_model(model, quantize)
+            total = read_bytes + model.preparation_bytes()
     model.finish_init(max_positions, progress and (lambda done: progress(read_bytes + done, total)))
     if progress is not None:
         progress(total, total)

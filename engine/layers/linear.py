@@ -17,6 +17,10 @@ With the kernels backend (`finalize(kernels=...)`), steps of at most SMALL_M_MAX
 `kernels.linear_small_m`, which streams the weight at memory bandwidth; larger steps (prefill) keep the GEMM
 path above, which stays the oracle. Where bf16 weights pack into 16-row panels (AVX512-BF16), the panels run
 every step size and are the only copy of the weight kept (a tied lm_head keeps the shared dense tensor).
+
+Quantized weights (GGUF files, `--quantize`): each fused slice is a `QuantWeight` set with `set_quantized`;
+`weight` is then None and every step size runs `kernels.quant_linear` (integer block dots), consecutive
+slices of one kind as one call. Without the kernels (the torch backend) the op's torch reference runs.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from llmchat.kernels.quant import KINDS, QuantWeight, reference_linear
 
 log = logging.getLogger(__name__)
 PACK_BF16 = True   # module switch, so a benchmark can compare packed and plain in one process
@@ -58,13 +64,43 @@ class Linear(nn.Module):
         self.lora = None                      # LoRA hook object, or None for the base model
         self.packed_weight: torch.Tensor | None = None
         self.small_m_weight: torch.Tensor | None = None   # what kernels.linear_small_m streams
+        self.quantized: dict[int, QuantWeight] = {}         # slice index -> its quantized weight
         self.finalize()
+
+    def set_quantized(self, index: int | None, weight: QuantWeight) -> None:
+        """Slice `index` (None: the whole, unfused weight) runs on this quantized weight; once every slice has
+        one, the dense weight is dropped (finalize)."""
+        index = index or 0
+        start, size = self.slice_offsets[index], self.output_sizes[index]
+        if (weight.n, weight.k) != (size, self.in_features):
+            raise ValueError(f"{self.prefix}: quantized weight is [{weight.n}, {weight.k}], expected "
+                             f"[{size}, {self.in_features}]")
+        self.quantized[index] = weight
+
+    @property
+    def is_quantized(self) -> bool:
+        return bool(self.quantized)
+
+    def quantized_runs(self) -> list[tuple[int, QuantWeight]]:
+        """(first output column, weight) with consecutive slices of one kind joined: one op call each."""
+        runs: list[tuple[int, list[QuantWeight]]] = []
+        for i in range(len(self.output_sizes)):
+            w = self.quantized[i]
+            last = runs[-1][1][-1] if runs else None
+            if last is not None and last.kind == w.kind and (last.mins is None) == (w.mins is None):
+                runs[-1][1].append(w)
+            else:
+                runs.append((self.slice_offsets[i], [w]))
+        return [(start, ws[0] if len(ws) == 1 else QuantWeight.cat(ws)) for start, ws in runs]
 
     def finalize(self, keep_dense: bool = False, kernels=None) -> None:
         """After loading: pack if worthwhile, then keep plain references for forward (nn.Module's
         __getattr__ for parameters costs microseconds per access on the hot path). Call again after
         replacing the weights. kernels: the llmchat.kernels module to run small steps with, or None."""
         self.small_m_weight = None
+        if self.quantized:
+            self._finalize_quantized(kernels)
+            return
         if kernels is not None and self.weight is not None and SMALL_M_MAX > 0:
             self.small_m_weight = self._small_m_weight(kernels, self.weight)
         # bf16 panels run every step size about as fast as oneDNN (0.9-1.08x from M=64 to 1024, measured), so
@@ -82,6 +118,42 @@ class Linear(nn.Module):
         self.__dict__["_w"] = self.packed_weight if self.packed_weight is not None else self.weight
         self.__dict__["_b"] = self.bias
         self.__dict__["_is_packed"] = self.packed_weight is not None
+
+    def _finalize_quantized(self, kernels) -> None:
+        if len(self.quantized) != len(self.output_sizes):
+            missing = [self.slice_names[i] for i in range(len(self.output_sizes)) if i not in self.quantized]
+            raise ValueError(f"{self.prefix}: {', '.join(missing)} not quantized while the rest is")
+        if "weight" in self._parameters:
+            del self.weight
+            self.register_parameter("weight", None)
+        runs = self.quantized_runs()
+        self.quantized = {}
+        for i, size in enumerate(self.output_sizes):   # keep per-slice views for callers (rows of the runs)
+            for start, w in runs:
+                if start <= self.slice_offsets[i] < start + w.n:
+                    lo = self.slice_offsets[i] - start
+                    self.quantized[i] = w if (lo, size) == (0, w.n) else w.rows(slice(lo, lo + size))
+        bias = self.bias
+        calls = []
+        for start, w in runs:
+            b = None if bias is None else bias.detach()[start:start + w.n].contiguous()
+            calls.append((start, w.n, w, b, (*w.tensors(), KINDS[w.kind])))
+        self.__dict__.update(_quant_calls=calls, _small_max=-1, _small_op=None, _w=None, _b=bias, _is_packed=False,
+                             _quant_op=torch.ops.llmchat.quant_linear if kernels is not None else None)
+
+    def _forward_quantized(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        if flat.stride(-1) != 1:
+            flat = flat.contiguous()
+        out = flat.new_empty(flat.shape[0], self.out_features)
+        op = self._quant_op
+        for start, n, w, bias, (values, high, scales, mins, kind) in self._quant_calls:
+            dest = out[:, start:start + n]
+            if op is not None:
+                op(flat, values, high, scales, mins, kind, bias, dest)
+            else:
+                dest.copy_(reference_linear(flat, w, bias))
+        return out.view(*x.shape[:-1], self.out_features)
 
     def finalize_dense_dropped(self) -> None:
         """After the owner deleted a kept dense weight (tied embeddings moved onto the panels): the panels
@@ -121,7 +193,9 @@ class Linear(nn.Module):
         return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] <= self._small_max and x.dim() == 2:
+        if "_quant_calls" in self.__dict__:
+            out = self._forward_quantized(x)
+        elif x.shape[0] <= self._small_max and x.dim() == 2:
             out = x.new_empty(x.shape[0], self.out_features)
             self._small_op(x, self.small_m_weight, self._b, out)
         elif self._w is None:    # panels are the only copy: flatten leading dims for the kernel
@@ -138,4 +212,5 @@ class Linear(nn.Module):
         return out
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.output_sizes}, bias={self.bias is not None}"
+        quant = f", quantized={sorted({w.source for w in self.quantized.values()})}" if self.quantized else ""
+        return f"in={self.in_features}, out={self.output_sizes}, bias={self.bias is not None}{quant}"

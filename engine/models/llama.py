@@ -133,16 +133,30 @@ class CausalLM(nn.Module):
         self.model = DecoderModel(args, ops, kernels)
         self.lm_head = Linear(args.hidden_size, [args.vocab_size], prefix="lm_head")
         self.__dict__["_kernels"] = kernels   # decode-size linears run kernels.linear_small_m (layers/linear.py)
+        self.__dict__["quantized_embedding"] = None   # a QuantWeight token table (GGUF), read row by row
+
+    def set_quantized_embedding(self, weight) -> None:
+        """The token table stays quantized: lookups dequantize their rows; a tied lm_head runs on it."""
+        if (weight.n, weight.k) != (self.args.vocab_size, self.args.hidden_size):
+            raise ValueError(f"token table is [{weight.n}, {weight.k}], expected "
+                             f"[{self.args.vocab_size}, {self.args.hidden_size}]")
+        self.__dict__["quantized_embedding"] = weight
+        del self.model.embed_tokens.weight
+        self.model.embed_tokens.register_parameter("weight", None)
 
     def preparation_bytes(self) -> int:
         """Work of finish_init, counted as in its progress: each projection's weight bytes, once for packing
         and once for the move into huge pages."""
-        return 2 * sum(m.weight.nbytes for m in self.modules() if isinstance(m, Linear) and m.weight is not None)
+        return 2 * sum(m.weight.nbytes for m in self.modules()
+                       if isinstance(m, Linear) and m.weight is not None and not m.is_quantized)
 
     def finish_init(self, max_positions: int, progress: Callable[[int], None] | None = None) -> None:
         """After the weights exist on CPU: tie embeddings, build the shared rotary cache, prepare the
         projections; progress(bytes prepared) as it goes (see preparation_bytes)."""
-        if self.args.tie_word_embeddings:
+        table = self.quantized_embedding
+        if self.args.tie_word_embeddings and table is not None:
+            self.lm_head.set_quantized(None, table)
+        elif self.args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         cache = cos_sin_cache(self.args.config, self.args.head_dim, max_positions)
         for layer in self.model.layers:
@@ -150,7 +164,7 @@ class CausalLM(nn.Module):
         prepared = 0
         for module in self.modules():
             if isinstance(module, Linear):
-                weight_bytes = module.weight.nbytes if module.weight is not None else 0
+                weight_bytes = module.weight.nbytes if module.weight is not None and not module.is_quantized else 0
                 module.finalize(keep_dense=module is self.lm_head and self.args.tie_word_embeddings,
                                 kernels=self._kernels)
                 prepared += weight_bytes
@@ -164,7 +178,8 @@ class CausalLM(nn.Module):
         for module in self.modules():
             if hasattr(module, "bind"):
                 module.bind()
-        embed = self._tied_panel_embedding() or partial(F.embedding, weight=self.model.embed_tokens.weight)
+        embed = (self._quantized_lookup() or self._tied_panel_embedding()
+                 or partial(F.embedding, weight=self.model.embed_tokens.weight))
         self.__dict__.update(_layers=[layer.forward for layer in self.model.layers], _embed=embed,
                              _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward,
                              _stack=DecoderStack.build(self, list(self.model.layers), self._kernels))
@@ -178,6 +193,15 @@ class CausalLM(nn.Module):
         if layers:
             for layer, moved in zip(layers, pack_into_huge_pages([layer.small_m_weight for layer in layers])):
                 layer.small_m_weight = moved
+
+    def _quantized_lookup(self):
+        """Token rows dequantized from a quantized table (the op, or its torch reference), or None."""
+        table, dtype = self.quantized_embedding, self.model.norm.weight.dtype
+        if table is None:
+            return None
+        if self._kernels is not None:
+            return partial(self._kernels.quant_rows, table, dtype=dtype)
+        return lambda ids: table.rows(ids).dequantize().to(dtype)
 
     def _tied_panel_embedding(self):
         """Tied embeddings whose lm_head runs on bf16 panels: token rows are read from the panels, and the

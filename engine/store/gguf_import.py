@@ -1,8 +1,11 @@
-"""GGUF file -> a safetensors model folder in llmchat's data dir (config, tokenizer, chat template).
+"""GGUF file -> a library entry. By default the file is registered in place: a small folder in llmchat's
+data dir holds the config, tokenizer, chat template and generation config read from the GGUF metadata, plus
+gguf.json pointing at the file, whose weights the engine runs quantized (engine/quant/). `dequantize=True`
+writes a safetensors copy instead (16/32-bit floats).
 
 The GGUF metadata decides the architecture. transformers parses the metadata into a config and a tokenizer;
-the tensors are dequantized here one at a time with the `gguf` package (so progress is real and memory stays
-at one shard), renamed with transformers' GGUF name map and its llama q/k un-permutation.
+when dequantizing, the tensors are dequantized one at a time with the `gguf` package (so progress is real and
+memory stays at one shard), renamed with transformers' GGUF name map and its llama q/k un-permutation.
 """
 from __future__ import annotations
 
@@ -78,7 +81,15 @@ def _write_shards(tensors, out: Path, report) -> None:
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
 
 
-def import_gguf(store, path: Path, progress=None, name: str | None = None, dtype: str = "auto"):
+def import_gguf(store, path: Path, progress=None, name: str | None = None, dtype: str = "auto",
+                dequantize: bool = False):
+    if not dequantize:
+        from .gguf_register import register_gguf
+        return register_gguf(store, path, progress=progress, name=name, dtype=dtype)
+    return dequantize_gguf(store, path, progress=progress, name=name, dtype=dtype)
+
+
+def dequantize_gguf(store, path: Path, progress=None, name: str | None = None, dtype: str = "auto"):
     import numpy as np
     import torch
     from gguf import GGUFReader, dequantize

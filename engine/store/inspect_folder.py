@@ -24,6 +24,8 @@ class FolderInfo:
     supported: bool
     reason: str
     base_model: str | None = None
+    quant: str | None = None          # a GGUF registered in place: its quant (e.g. Q4_K_M)
+    gguf_file: Path | None = None     # ... and the file it runs from
 
 
 def read_json(path: Path) -> dict | None:
@@ -97,6 +99,9 @@ def describe_folder(folder: Path) -> FolderInfo:
     kind = "model" if config is not None else "adapter" if adapter is not None else "unknown"
     if kind == "unknown":
         return FolderInfo("unknown", None, None, None, None, False, False, "no config.json or adapter_config.json")
+    pointer = read_json(folder / "gguf.json") if kind == "model" else None
+    if pointer is not None:
+        return _describe_gguf(folder, config, pointer)
     files = weight_files(folder, kind)
     if files is None:
         bin_only = any(folder.glob("*.bin"))
@@ -119,6 +124,18 @@ def describe_folder(folder: Path) -> FolderInfo:
     dtype = weights_dtype or config.get("dtype") or config.get("torch_dtype")
     return FolderInfo("model", arch, params or None, dtype, _context_length(config), complete,
                       complete and not support, reason or support)
+
+
+def _describe_gguf(folder: Path, config: dict, pointer: dict) -> FolderInfo:
+    """A library folder pointing at a GGUF file (registered in place)."""
+    gguf = Path(str(pointer.get("file", "")))
+    complete = gguf.is_file() and gguf.stat().st_size == pointer.get("size")
+    reason = "" if complete else f"its GGUF file {gguf} is gone or changed: import it again"
+    support = architecture_reason(config)
+    arch = (config.get("architectures") or [None])[0]
+    return FolderInfo("model", arch, pointer.get("num_params"), config.get("dtype"), _context_length(config),
+                      complete, complete and not support, reason or support, quant=pointer.get("quant"),
+                      gguf_file=gguf)
 
 
 def folder_size(folder: Path) -> int:

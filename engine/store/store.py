@@ -58,9 +58,12 @@ class ModelStore:
             return LocalModel(name, path, None, None, "model", None, None, None, None, 0, False,
                               f"folder {path} no longer exists", entry.get("source", "folder"))
         info = describe_folder(path)
+        size = folder_size(path)
+        if info.gguf_file is not None and info.gguf_file.is_file():
+            size += info.gguf_file.stat().st_size   # the weights live in the registered GGUF file
         return LocalModel(name, path, None, None, info.kind, info.architecture, info.num_params, info.dtype,
-                          info.context_length, folder_size(path), info.supported, info.reason,
-                          entry.get("source", "folder"), info.base_model)
+                          info.context_length, size, info.supported, info.reason,
+                          entry.get("source", "folder"), info.base_model, info.quant)
 
     def find(self, name: str) -> LocalModel | None:
         models = self.list()
@@ -81,8 +84,8 @@ class ModelStore:
                 if not info.supported:
                     raise StoreError(f"{path}: cannot be loaded: {info.reason}")
                 return path.resolve()
-            if path.suffix == ".gguf" and path.is_file():
-                raise StoreError(f"{path} is a GGUF file: run `llmchat models import {path}` first")
+            if path.suffix.lower() == ".gguf" and path.is_file():
+                return Path(self.import_path(path).path)   # registered in place: instant after the first time
             raise FileNotFoundError(f"no model named {text!r} in the library (see `llmchat models list`)")
         if not model.supported:
             raise StoreError(f"{model.name} cannot be loaded: {model.reason}")
@@ -106,15 +109,16 @@ class ModelStore:
 
     # ---- imports -------------------------------------------------------------------------------
     def import_path(self, path: str | Path, copy: bool = False, progress: ProgressFn | None = None,
-                    name: str | None = None, dtype: str = "auto") -> LocalModel:
-        """Register a local HF folder (copied if `copy`), or convert a .gguf file into a safetensors model
-        (dtype "auto" = float32 below 2B parameters, else bfloat16)."""
+                    name: str | None = None, dtype: str = "auto", dequantize: bool = False) -> LocalModel:
+        """Register a local HF folder (copied if `copy`), or a .gguf file in place (its weights run quantized;
+        dtype: of activations and KV cache, "auto" = bfloat16). dequantize: convert the .gguf into a
+        safetensors model instead (dtype "auto" = float32 below 2B parameters, else bfloat16)."""
         src = Path(path).expanduser()
         if not src.exists():
             raise FileNotFoundError(f"{src} does not exist")
         if src.is_file() and src.suffix.lower() == ".gguf":
             from .gguf_import import import_gguf
-            return import_gguf(self, src, progress=progress, name=name, dtype=dtype)
+            return import_gguf(self, src, progress=progress, name=name, dtype=dtype, dequantize=dequantize)
         if not src.is_dir():
             raise StoreError(f"{src}: expected a model folder or a .gguf file")
         origin = {"path": str(src.resolve()), "copy": copy}

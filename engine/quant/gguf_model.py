@@ -1,0 +1,85 @@
+"""Load a GGUF file's weights into the engine's modules, quantized tensors kept quantized.
+
+The model is built on the meta device; dense tensors (norms, F16/F32 weights) are materialized as they are
+read, quantized ones go to their Linear (`set_quantized`) or become the token table, so no dense copy of a
+quantized weight ever exists. Memory is what the kernels' layout takes, about the file's size.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from llmchat.kernels.quant import QuantWeight
+
+from ..layers.linear import Linear
+from .gguf_tensors import GGUFError, field, open_reader, read_tensors
+
+
+def _materialize(model: nn.Module, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """The parameter `name`, allocated on the CPU if it is still on the meta device."""
+    owner, _, leaf = name.rpartition(".")
+    module = model.get_submodule(owner)
+    param = module._parameters[leaf]
+    if param.device.type == "meta":
+        param = nn.Parameter(torch.empty(param.shape, dtype=dtype), requires_grad=False)
+        module._parameters[leaf] = param
+    return param.data
+
+
+def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[str], tuple[str, int | None]],
+                      progress: Callable[[int, int], None] | None = None) -> None:
+    """Fill `model` (a CausalLM on meta) from the GGUF at `path`; target maps a Hugging Face name to the engine
+    parameter and fused slice (model_loader._target). progress(bytes read, file bytes)."""
+    reader = open_reader(path)
+    arch = field(reader, "general.architecture")
+    total = sum(int(t.n_bytes) for t in reader.tensors)
+    done, seen = 0, set()
+    params = dict(model.named_parameters())
+    for hf, value, nbytes in read_tensors(reader, model.args.config, arch):
+        name, index = target(hf)
+        if name == "lm_head.weight":
+            model.args.tie_word_embeddings = False   # the file has its own output head
+        if name not in params:
+            raise GGUFError(f"{path.name}: tensor for {hf} has no place in a {model.args.architecture} model")
+        owner = model.get_submodule(name.rpartition(".")[0])
+        if isinstance(value, QuantWeight):
+            if isinstance(owner, Linear) and name.endswith(".weight"):
+                owner.set_quantized(index, value)
+            elif name == "model.embed_tokens.weight":
+                model.set_quantized_embedding(value)
+            else:
+                raise GGUFError(f"{path.name}: {hf} is quantized ({value.source}); llmchat needs it as floats")
+        else:
+            dest = _materialize(model, name, dtype)
+            if index is not None:
+                dest = dest.narrow(0, owner.slice_offsets[index], owner.output_sizes[index])
+            if tuple(dest.shape) != tuple(value.shape):
+                raise GGUFError(f"{path.name}: {hf} has shape {tuple(value.shape)}, the model expects "
+                                f"{tuple(dest.shape)}")
+            dest.copy_(value)
+        seen.add((name, index))
+        done += nbytes
+        if progress is not None:
+            progress(min(done, total), total)
+    _check_complete(model, seen, path)
+
+
+def _check_complete(model, seen: set, path: Path) -> None:
+    missing = []
+    for name, param in model.named_parameters():
+        if param.device.type != "meta":
+            continue
+        owner = model.get_submodule(name.rpartition(".")[0])
+        if name == "lm_head.weight" and model.args.tie_word_embeddings:
+            continue   # tied to the token table in finish_init
+        if isinstance(owner, Linear) and name.endswith(".weight") and owner.is_quantized:
+            continue   # every slice must be quantized: Linear.finalize says which is not
+        if name == "model.embed_tokens.weight" and model.quantized_embedding is not None:
+            continue
+        missing.append(name)
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" (+{len(missing) - 5} more)" if len(missing) > 5 else "")
+        raise GGUFError(f"{path.name} is missing weights: {shown}")
