@@ -8,7 +8,7 @@ import os
 import socket
 from urllib.parse import urlparse
 
-from .support import GGUF_TYPES_TEXT, SUPPORTED_ARCHITECTURES, SUPPORTED_TEXT, architecture_reason
+from .support import SUPPORTED_ARCHITECTURES, SUPPORTED_TEXT, architecture_reason
 from .types import GatedRepoError, HubModel, OfflineError, RepoNotFoundError, StoreError
 
 SORTS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
@@ -191,5 +191,4 @@ def search(query: str, sort: str = "downloads", limit: int = 20,
 
 
 def unsupported_note() -> str:
-    return (f"{SUPPORTED_TEXT} ({', '.join(SUPPORTED_ARCHITECTURES)}: safetensors, unquantized, or GGUF files of "
-            f"types {GGUF_TYPES_TEXT})")
+    return f"{SUPPORTED_TEXT} ({', '.join(SUPPORTED_ARCHITECTURES)}; unquantized safetensors or GGUF files)"

@@ -12,6 +12,7 @@ from . import hf_cache
 from .download import Tracker, fetch_blob, partial_size, verify
 from .hub import api, endpoint, ensure_online, hub_errors, is_gguf_repo, timeout, token
 from .inspect_folder import describe_folder
+from .registry import safe_name
 from .support import (GGUFQuant, adapter_reason, architecture_reason, base_models, gguf_architecture,
                       gguf_architecture_reason, gguf_quants, quant_name, select_files, weights_reason)
 from .types import (CorruptDownloadError, DownloadCancelled, NotEnoughDiskError, OfflineError, StoreError,
@@ -247,6 +248,15 @@ def cached_gguf(cache: Path, repo_id: str, revision: str | None, wanted: str) ->
     return path if not chosen.split and path.exists() else None
 
 
+def _register(store, path: Path, progress=None):
+    """store.import_path on the snapshot's file. The library name comes from the file name, which the import
+    would lose on resolving the cache's link to its blob (named by hash); a taken name is left to the import
+    (this same file pulled again is found by its origin)."""
+    wanted = safe_name(path.stem)
+    name = None if wanted in {m.name for m in store.list()} else wanted
+    return store.import_path(path, progress=progress, name=name)
+
+
 def pull_gguf(store, repo_id: str, quant: str, revision: str | None = None, progress=None,
               cancel: threading.Event | None = None):
     """Download one quant file of a GGUF repo (resumable, verified) and register it with store.import_path.
@@ -259,7 +269,7 @@ def pull_gguf(store, repo_id: str, quant: str, revision: str | None = None, prog
         path = cached_gguf(store.cache_dir, repo_id, revision, quant)
         if path is None:
             raise
-        return store.import_path(path, progress=progress)  # already downloaded: offline is no reason to fail
+        return _register(store, path, progress)  # already downloaded: offline is no reason to fail
     commit, chosen, siblings = plan_gguf(repo_id, revision, quant)
     snap = fetch_files(store, repo_id, revision, commit, chosen.files, siblings, progress, cancel)
-    return store.import_path(snap / chosen.files[0], progress=progress)
+    return _register(store, snap / chosen.files[0], progress)

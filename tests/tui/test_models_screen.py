@@ -1,4 +1,5 @@
-"""Models screen against a stand-in Hub on 127.0.0.1: search, download with progress, cancel, delete."""
+"""Models screen against a stand-in Hub on 127.0.0.1: search, download with progress, cancel, delete; GGUF
+repos: pick a quant, download that one file."""
 from __future__ import annotations
 
 import sys
@@ -6,11 +7,12 @@ from pathlib import Path
 
 import pytest
 from helpers import notices, wait_until
-from textual.widgets import DataTable, Input, ProgressBar, TabbedContent
+from textual.widgets import DataTable, Input, OptionList, ProgressBar, TabbedContent
 
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.screens.dialogs import Confirm
 from llmchat.tui.screens.models_screen import ModelsScreen
+from llmchat.tui.screens.quant_picker import QuantPicker
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "store"))
 from fake_hub import FakeHubServer, FakeRepo  # noqa: E402
@@ -83,3 +85,69 @@ async def test_download_shows_progress_and_can_be_cancelled(hub):
         rows = [library.get_row_at(i) for i in range(library.row_count)]
         # the partial download stays (the next pull resumes) but is not offered as a usable model
         assert [(row[0], "incomplete" in row[6]) for row in rows] == [("test/tiny-big", True)]
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    from gguf_repo import tiny_gguf
+    return tiny_gguf(tmp_path_factory.mktemp("gguf"))
+
+
+@pytest.fixture
+def gguf_hub(hub, gguf_file):
+    from gguf_repo import gguf_repo
+    hub.add(gguf_repo("test/SmolChat-GGUF", gguf_file, downloads=5))
+    return hub
+
+
+async def open_gguf_picker(pilot, app):
+    await pilot.press("f4")
+    screen = app.screen
+    await pilot.press("ctrl+f")
+    screen.query_one("#search-query", Input).value = "GGUF"
+    await pilot.press("enter")
+    results = screen.query_one("#search-results", DataTable)
+    await wait_until(pilot, lambda: results.row_count == 1, what="the GGUF search hit")
+    assert results.get_row_at(0)[0] == "test/SmolChat-GGUF" and results.get_row_at(0)[4] == "GGUF, 4 quants"
+    results.focus()
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: isinstance(app.screen, QuantPicker), what="the quant picker")
+    return screen, app.screen.query_one(OptionList)
+
+
+async def test_gguf_hit_asks_which_quant_then_downloads_only_that_file(gguf_hub):
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        screen, options = await open_gguf_picker(pilot, app)
+        lines = {options.get_option_at_index(i).id: str(options.get_option_at_index(i).prompt)
+                 for i in range(options.option_count)}
+        assert set(lines) == {"Q4_K_M", "Q8_0", "IQ4_XS", "Q6_K"}
+        assert "KB" in lines["Q8_0"] and "not supported yet" in lines["Q6_K"] and "does not run" in lines["IQ4_XS"]
+        assert options.get_option("IQ4_XS").disabled and options.get_option("Q6_K").disabled
+        assert options.get_option_at_index(options.highlighted).id == "Q4_K_M"   # the usual pick comes first
+        options.highlighted = [options.get_option_at_index(i).id for i in range(options.option_count)].index("Q8_0")
+        await pilot.press("enter")
+        library = screen.query_one("#library-table", DataTable)
+        await wait_until(pilot, lambda: any(n.startswith(("Downloaded", "Download of")) for n in notices(app)),
+                         what="the download to finish")
+        assert any(n.startswith("Downloaded Tiny-Chat-Q8_0") for n in notices(app)), notices(app)
+        rows = lambda: {library.get_row_at(i)[0]: library.get_row_at(i) for i in range(library.row_count)}  # noqa: E731
+        await wait_until(pilot, lambda: "Tiny-Chat-Q8_0" in rows(), what="the GGUF model in the library")
+        assert rows()["Tiny-Chat-Q8_0"][1] == "LlamaForCausalLM" and rows()["Tiny-Chat-Q8_0"][6] == "ok"
+        fetched = {p.rsplit("/", 1)[-1] for m, p, _r in gguf_hub.requests if m == "GET" and "/resolve/" in p}
+        assert fetched == {"Tiny-Chat-Q8_0.gguf"}
+
+
+async def test_quant_picker_escape_downloads_nothing_and_library_shows_quant(gguf_hub, tmp_path):
+    from llmchat.engine.store import LocalModel
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        screen, _options = await open_gguf_picker(pilot, app)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen, what="back on the models screen")
+        assert not [p for m, p, _r in gguf_hub.requests if "/resolve/" in p]
+        # a GGUF kept quantized shows its quant where other models show their dtype
+        model = LocalModel("smol-q4", tmp_path / "smol.gguf", None, None, "model", "LlamaForCausalLM", 135_000_000,
+                           None, 8192, 105_000_000, True, source="gguf", quant="Q4_K_M")
+        screen.show_library([model])
+        assert screen.query_one("#library-table", DataTable).get_row_at(0)[3] == "Q4_K_M"
