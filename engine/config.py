@@ -9,6 +9,7 @@ from pathlib import Path
 class EngineConfig:
     model_path: Path
     dtype: str = "auto"                  # "auto" (config's torch_dtype, bf16 if fp16 unsupported), "float32", "bfloat16", "float16"
+    quantize: str | None = None          # "q8_0" | "q4_0" | "q4_k": quantize a 16/32-bit model's projections at load
     kv_cache_gb: float | None = None     # None: derived from free RAM (see block manager sizing)
     block_size: int = 16                 # tokens per KV block (the prefix cache's unit of reuse)
     kv_blocks_per_group: int | None = None  # blocks stored as one run per kv head; None: 64 tokens' worth
@@ -26,6 +27,8 @@ class EngineConfig:
         self.model_path = Path(self.model_path)
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.quantize is not None and self.quantize not in ("q8_0", "q4_0", "q4_k"):
+            raise ValueError(f"quantize must be q8_0, q4_0 or q4_k, got {self.quantize!r}")
         if self.attention_backend not in ("kernels", "torch"):
             raise ValueError(f"attention_backend must be 'kernels' or 'torch', got {self.attention_backend!r}")
         if self.block_size <= 0 or self.block_size % 8:

@@ -120,6 +120,8 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
     model = model.to(dtype)
     gguf = gguf_source(Path(folder))
     if gguf is not None:
+        if quantize:
+            log.warning("%s is already quantized (GGUF); --quantize %s is ignored", gguf.name, quantize)
         from .quant.gguf_model import load_gguf_weights
         read_bytes = total = gguf.stat().st_size
         load_gguf_weights(model, gguf, dtype, _target, progress and (lambda done, _: progress(done, total)))

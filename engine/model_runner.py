@@ -57,7 +57,7 @@ class ModelRunner:
         self.attention_backend = "kernels" if self.kernels is not None else "torch"
         with torch.inference_mode():
             self.model = build_model(folder, raw, self.dtype, self.max_model_len, self.ops, self.kernels,
-                                     load_progress)
+                                     load_progress, quantize=config.quantize)
         self.key_caches: list[torch.Tensor] = []
         self.value_caches: list[torch.Tensor] = []
         self.num_blocks = 0

@@ -55,8 +55,11 @@ class LlmChatApp(ChatActions, ScreenActions, App):
         self.settings_store = SettingsStore((config_path or config_dir()) / "settings.toml")
         self.settings = self.settings_store.load()
         self.db = ChatDatabase(self.data_path / "chats.sqlite3")
+        engine_kwargs = dict(self.settings.engine_kwargs)
+        if self.settings.quantize:
+            engine_kwargs.setdefault("quantize", self.settings.quantize)
         self.engines = EngineManager(self.settings.memory_budget_gb, self.settings.kv_cache_gb,
-                                     self.settings.engine_kwargs, data_dir=self.data_path,
+                                     engine_kwargs, data_dir=self.data_path,
                                      notify=lambda text: self.notify(text, title="Memory budget", timeout=8))
         self.sessions: dict[int, ChatSession] = {}
         self.current_id: int | None = None

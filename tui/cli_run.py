@@ -8,7 +8,7 @@ import sys
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("run", help="print the model's reply to one prompt (non-interactive)",
                               description="Stream the reply of a local model to one chat message.")
-    p.add_argument("model", metavar="MODEL_PATH", help="model folder (or a name from `llmchat models`)")
+    p.add_argument("model", metavar="MODEL_PATH", help="model folder, .gguf file, or a name from `llmchat models`")
     p.add_argument("prompt", help="the user message")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--max-tokens", type=int, default=256)
@@ -18,6 +18,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--kv-cache-gb", type=float, default=None)
+    p.add_argument("--quantize", choices=["q8_0", "q4_0", "q4_k"], default=None,
+                   help="quantize a 16/32-bit model's weights while loading (GGUF files run as they are)")
     p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
     p.add_argument("--raw", action="store_true", help="send the prompt as raw text, without the chat template")
     p.add_argument("--adapter", help="LoRA adapter folder to apply")
@@ -27,8 +29,11 @@ def add_parser(subparsers) -> None:
 def _resolve(model: str):
     from pathlib import Path
     path = Path(model).expanduser()
-    if path.exists():
+    if path.is_dir():
         return path
+    if path.is_file() and path.suffix.lower() == ".gguf":   # registered in place, then run quantized
+        from llmchat.engine.store import ModelStore
+        return ModelStore().resolve(path)
     try:
         from llmchat.engine.store import ModelStore
         return ModelStore().resolve(model)
@@ -40,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from llmchat.engine import LLM, SamplingParams
 
     llm = LLM(_resolve(args.model), dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
-              attention_backend=args.attention_backend)
+              attention_backend=args.attention_backend, quantize=args.quantize)
     adapter = None
     if args.adapter:
         if not hasattr(llm, "load_adapter"):

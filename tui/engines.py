@@ -41,6 +41,10 @@ def resolve_model(name_or_path: str, data_dir: Path | None = None) -> Path:
 def weights_size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
+    pointer = path / "gguf.json"   # a GGUF registered in place: its weights are that file, kept quantized
+    if pointer.exists():
+        gguf = Path(json.loads(pointer.read_text()).get("file", ""))
+        return gguf.stat().st_size if gguf.is_file() else 0
     return sum(p.stat().st_size for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf"))
 
 

@@ -19,6 +19,7 @@ class Settings:
     kv_cache_gb: float = 0.5             # KV cache per loaded model
     system_prompt: str = ""              # default for new sessions
     theme: str = "textual-dark"
+    quantize: str = ""                   # "q8_0" | "q4_0" | "q4_k": quantize 16/32-bit models at load ("" = no)
     engine_kwargs: dict = field(default_factory=dict)   # extra AsyncEngine keyword arguments
 
     @classmethod
@@ -30,12 +31,14 @@ class Settings:
         settings = cls(**data)
         for name, expected in (("memory_budget_gb", (int, float)), ("kv_cache_gb", (int, float)),
                                ("default_model", str), ("system_prompt", str),
-                               ("theme", str), ("engine_kwargs", dict)):
+                               ("theme", str), ("quantize", str), ("engine_kwargs", dict)):
             value = getattr(settings, name)
             if not isinstance(value, expected) or isinstance(value, bool):
                 raise ValueError(f"{name} has the wrong type ({type(value).__name__})")
         if settings.memory_budget_gb <= 0 or settings.kv_cache_gb <= 0:
             raise ValueError("memory_budget_gb and kv_cache_gb must be positive")
+        if settings.quantize not in ("", "q8_0", "q4_0", "q4_k"):
+            raise ValueError(f"quantize must be q8_0, q4_0 or q4_k (or empty), got {settings.quantize!r}")
         return settings
 
 
