@@ -1,4 +1,5 @@
-"""Resumable transfer of one blob into the HF cache, with progress, cancel and verification.
+"""Moving bytes from the Hub into the HF cache: the files of one commit (HEAD for access and etags, disk
+check, blob locks, then the snapshot links), each blob resumable, with progress, cancel and verification.
 
 huggingface_hub 2.x retries a dropped connection within one call but deletes its temporary file on any
 failure, so a cancelled or killed download would start over. We keep `<etag>.llmchat-partial` next to
@@ -14,11 +15,21 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlparse
 
-from .types import CorruptDownloadError, DownloadCancelled, DownloadProgress, OfflineError
+from . import hf_cache
+from .types import CorruptDownloadError, DownloadCancelled, DownloadProgress, NotEnoughDiskError, OfflineError
 
 CHUNK = 1 << 20
 MAX_RETRIES = 5
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"
 
 
 class Tracker:
@@ -121,3 +132,66 @@ def partial_size(partial: Path) -> int:
         return os.path.getsize(partial)
     except OSError:
         return 0
+
+
+def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: list[str], siblings: dict,
+                progress=None, cancel: threading.Event | None = None) -> Path:
+    """Download `files` of `commit` into the HF cache (resumable, verified) and link them into its snapshot."""
+    from .hub import endpoint, hub_errors, timeout, token
+    cache = store.cache_dir
+    sizes = {n: (s.lfs.size if s.lfs else s.size) for n, s in siblings.items()}
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub.utils import WeakFileLock, build_hf_headers
+
+    rdir = hf_cache.repo_dir(cache, repo_id)
+    blobs = rdir / "blobs"
+    metas = {}
+    with hub_errors(repo_id, revision):
+        for name in files:  # HEAD each file: access (gated!), etag, size, final location
+            metas[name] = get_hf_file_metadata(hf_hub_url(repo_id, name, revision=commit, endpoint=endpoint()),
+                                               token=token(), timeout=timeout(), endpoint=endpoint())
+    todo = [n for n in files if not (blobs / metas[n].etag).exists()]
+    total = sum(metas[n].size or sizes.get(n) or 0 for n in files)
+    have = sum(partial_size(blobs / (metas[n].etag + hf_cache.PARTIAL_SUFFIX)) for n in todo)
+    need = sum(metas[n].size or sizes.get(n) or 0 for n in todo) - have
+    free = store.free_space(cache)
+    if need > free:
+        raise NotEnoughDiskError(f"not enough disk space for {repo_id}: needs {human_bytes(need)}, "
+                                 f"{human_bytes(free)} free in {cache}")
+    blobs.mkdir(parents=True, exist_ok=True)
+    tracker = Tracker(repo_id, len(files), total, total - need, progress)
+    headers = build_hf_headers(token=token(), library_name="llmchat")
+    headers["Accept-Encoding"] = "identity"
+    for index, name in enumerate(files, 1):
+        meta = metas[name]
+        if name not in todo:
+            continue
+        if cancel is not None and cancel.is_set():
+            raise DownloadCancelled("download cancelled; run pull again to resume")
+        tracker.begin(name, index)
+        partial = blobs / (meta.etag + hf_cache.PARTIAL_SUFFIX)
+        file_headers = dict(headers)
+        if urlparse(meta.location).netloc != urlparse(endpoint()).netloc:
+            file_headers.pop("authorization", None)  # signed CDN urls must not get the token
+        # The same lock file huggingface_hub takes for this blob: two pulls never append to one partial.
+        lock = cache / ".locks" / rdir.name / f"{meta.etag}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with WeakFileLock(lock):
+            if (blobs / meta.etag).exists():
+                continue  # another process finished it meanwhile
+            fetch_blob(meta.location, partial, meta.size, file_headers, tracker, cancel, name)
+            try:
+                sib = siblings.get(name)
+                verify(partial, meta.size, name, sha256=sib.lfs.sha256 if sib and sib.lfs else None,
+                       git_oid=sib.blob_id if sib else None)
+            except CorruptDownloadError as exc:
+                partial.unlink(missing_ok=True)
+                raise CorruptDownloadError(f"{repo_id}: {exc}; the bad file was removed, run pull again") from None
+            os.replace(partial, blobs / meta.etag)
+    # Only now does the snapshot appear: huggingface_hub links the verified blobs (and writes refs/<rev>).
+    with hub_errors(repo_id, revision):
+        for name in files:
+            hf_hub_download(repo_id, name, revision=revision or "main", cache_dir=str(cache),
+                            endpoint=endpoint(), token=token(), etag_timeout=timeout())
+    tracker.emit(finished=True)
+    return rdir / "snapshots" / commit

@@ -1,34 +1,24 @@
-"""`ModelStore.pull`: plan (refuse early), check access and disk, download blobs, link the snapshot.
-`pull_gguf` does the same for one quant file of a GGUF repo, then registers it through the store's import."""
+"""`ModelStore.pull`: decide what to download (refusing early what the engine cannot run), then let
+download.fetch_files move it into the HF cache. `pull_gguf` does the same for one quant file of a GGUF repo,
+then registers it through the store's import."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
 
 from . import hf_cache
-from .download import Tracker, fetch_blob, partial_size, verify
+from .download import fetch_files, human_bytes
 from .hub import api, endpoint, ensure_online, hub_errors, is_gguf_repo, timeout, token
 from .inspect_folder import describe_folder
 from .registry import safe_name
 from .support import (GGUFQuant, adapter_reason, architecture_reason, base_models, gguf_architecture,
                       gguf_architecture_reason, gguf_quants, quant_name, select_files, weights_reason)
-from .types import (CorruptDownloadError, DownloadCancelled, NotEnoughDiskError, OfflineError, StoreError,
-                    UnsupportedModelError)
+from .types import CorruptDownloadError, OfflineError, StoreError, UnsupportedModelError
 
 
 class QuantChoiceError(StoreError, ValueError):
     """A GGUF repo pulled without a quant, or with one it does not have; the message lists what it has."""
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"
 
 
 def cached_snapshot(cache: Path, repo_id: str, revision: str | None) -> Path | None:
@@ -101,68 +91,6 @@ def pull(store, repo_id: str, revision: str | None, progress=None,
     if not info.complete:
         raise CorruptDownloadError(f"{repo_id}: {info.reason}")
     return snap
-
-
-def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: list[str], siblings: dict,
-                progress=None, cancel: threading.Event | None = None) -> Path:
-    """Download `files` of `commit` into the HF cache (resumable, verified) and link them into its snapshot."""
-    cache = store.cache_dir
-    sizes = {n: (s.lfs.size if s.lfs else s.size) for n, s in siblings.items()}
-    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-    from huggingface_hub.utils import WeakFileLock, build_hf_headers
-
-    rdir = hf_cache.repo_dir(cache, repo_id)
-    blobs = rdir / "blobs"
-    metas = {}
-    with hub_errors(repo_id, revision):
-        for name in files:  # HEAD each file: access (gated!), etag, size, final location
-            metas[name] = get_hf_file_metadata(hf_hub_url(repo_id, name, revision=commit, endpoint=endpoint()),
-                                               token=token(), timeout=timeout(), endpoint=endpoint())
-    todo = [n for n in files if not (blobs / metas[n].etag).exists()]
-    total = sum(metas[n].size or sizes.get(n) or 0 for n in files)
-    have = sum(partial_size(blobs / (metas[n].etag + hf_cache.PARTIAL_SUFFIX)) for n in todo)
-    need = sum(metas[n].size or sizes.get(n) or 0 for n in todo) - have
-    free = store.free_space(cache)
-    if need > free:
-        raise NotEnoughDiskError(f"not enough disk space for {repo_id}: needs {human_bytes(need)}, "
-                                 f"{human_bytes(free)} free in {cache}")
-    blobs.mkdir(parents=True, exist_ok=True)
-    tracker = Tracker(repo_id, len(files), total, total - need, progress)
-    headers = build_hf_headers(token=token(), library_name="llmchat")
-    headers["Accept-Encoding"] = "identity"
-    for index, name in enumerate(files, 1):
-        meta = metas[name]
-        if name not in todo:
-            continue
-        if cancel is not None and cancel.is_set():
-            raise DownloadCancelled("download cancelled; run pull again to resume")
-        tracker.begin(name, index)
-        partial = blobs / (meta.etag + hf_cache.PARTIAL_SUFFIX)
-        file_headers = dict(headers)
-        if urlparse(meta.location).netloc != urlparse(endpoint()).netloc:
-            file_headers.pop("authorization", None)  # signed CDN urls must not get the token
-        # The same lock file huggingface_hub takes for this blob: two pulls never append to one partial.
-        lock = cache / ".locks" / rdir.name / f"{meta.etag}.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        with WeakFileLock(lock):
-            if (blobs / meta.etag).exists():
-                continue  # another process finished it meanwhile
-            fetch_blob(meta.location, partial, meta.size, file_headers, tracker, cancel, name)
-            try:
-                sib = siblings.get(name)
-                verify(partial, meta.size, name, sha256=sib.lfs.sha256 if sib and sib.lfs else None,
-                       git_oid=sib.blob_id if sib else None)
-            except CorruptDownloadError as exc:
-                partial.unlink(missing_ok=True)
-                raise CorruptDownloadError(f"{repo_id}: {exc}; the bad file was removed, run pull again") from None
-            os.replace(partial, blobs / meta.etag)
-    # Only now does the snapshot appear: huggingface_hub links the verified blobs (and writes refs/<rev>).
-    with hub_errors(repo_id, revision):
-        for name in files:
-            hf_hub_download(repo_id, name, revision=revision or "main", cache_dir=str(cache),
-                            endpoint=endpoint(), token=token(), etag_timeout=timeout())
-    tracker.emit(finished=True)
-    return rdir / "snapshots" / commit
 
 
 # ---- GGUF repos: one quant file, registered by the store's GGUF import --------------------------------

@@ -122,7 +122,7 @@ def test_corrupted_quant_file_is_refused_and_removed(store, hub, repo):
     assert pull_gguf(store, REPO, "Q8_0").supported
 
 
-def test_bad_quant_choices_are_refused_before_any_download(store, hub, repo):
+def test_bad_quant_choices_are_refused_before_any_download(store, hub, repo, tiny_model_dir):
     with pytest.raises(QuantChoiceError, match=r"GGUF repo: pick a quant .*--quant.*Q8_0"):
         store.pull(REPO)
     with pytest.raises(QuantChoiceError, match=r"has no Q5_K_M file; it has: .*Q4_K_M .*Q8_0 .*not runnable: IQ4_XS"):
@@ -131,6 +131,9 @@ def test_bad_quant_choices_are_refused_before_any_download(store, hub, repo):
         pull_gguf(store, REPO, "IQ4_XS")
     with pytest.raises(UnsupportedModelError, match="split into 2 files.*not supported yet"):
         pull_gguf(store, REPO, "Q6_K")
+    hub.add(FakeRepo.from_folder("org/tiny-chat", tiny_model_dir("llama")))
+    with pytest.raises(QuantChoiceError, match="has no GGUF files: pull it without --quant"):
+        pull_gguf(store, "org/tiny-chat", "Q4_K_M")
     assert file_gets(hub) == [] and store.list() == []
 
 

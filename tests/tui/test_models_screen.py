@@ -151,3 +151,20 @@ async def test_quant_picker_escape_downloads_nothing_and_library_shows_quant(ggu
                            None, 8192, 105_000_000, True, source="gguf", quant="Q4_K_M")
         screen.show_library([model])
         assert screen.query_one("#library-table", DataTable).get_row_at(0)[3] == "Q4_K_M"
+
+
+async def test_gguf_download_shows_progress_and_can_be_cancelled(gguf_hub):
+    gguf_hub.slow = 0.5      # seconds per 64 KiB: the ~210 KB file takes about 2 s
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        screen, options = await open_gguf_picker(pilot, app)
+        options.highlighted = [options.get_option_at_index(i).id for i in range(options.option_count)].index("Q8_0")
+        await pilot.press("enter")
+        bar = screen.query_one("#transfer-progress", ProgressBar)
+        await wait_until(pilot, lambda: (bar.progress or 0) > 0 and bar.total, what="download progress")
+        assert "Q8_0" in str(screen.query_one("#transfer-label").render())
+        await pilot.press("ctrl+x")
+        await wait_until(pilot, lambda: any("stopped" in n for n in notices(app)), what="cancel notice")
+        assert not screen.query_one("#transfer").display
+        library = screen.query_one("#library-table", DataTable)
+        assert all("Tiny-Chat" not in library.get_row_at(i)[0] for i in range(library.row_count))  # not registered
