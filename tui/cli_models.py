@@ -122,7 +122,8 @@ def _pull(store, args) -> int:
             model = store.pull(repo, revision=rev or None, progress=_ProgressLine(not args.json), cancel=cancel)
     except KeyboardInterrupt:
         cancel.set()
-        print(f"\ninterrupted: run `llmchat models pull {args.repo}` again to resume", file=sys.stderr)
+        again = f"{args.repo} --quant {args.quant}" if args.quant else args.repo
+        print(f"\ninterrupted: run `llmchat models pull {again}` again to resume", file=sys.stderr)
         return 130
     if args.json:
         print(json.dumps(model.to_dict(), indent=2))
