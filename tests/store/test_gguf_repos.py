@@ -166,3 +166,12 @@ def test_cli_search_and_pull(hub_env, hub, repo, gguf):
     pulled = json.loads(cli("pull", REPO, "--quant", "Q8_0", "--json").stdout)
     assert pulled["source"] == "gguf" and pulled["supported"]
     assert pulled["name"] in cli("list").stdout
+
+
+def test_pulled_quant_loads_and_generates(store, hub, repo):
+    """End to end from the Hub to tokens; how exactly quantized weights compute is the engine's tests' job."""
+    from llmchat.engine import LLM, SamplingParams
+    model = pull_gguf(store, REPO, "Q8_0")
+    llm = LLM(str(store.resolve(model.name)), dtype="float32", kv_cache_gb=0.01)
+    out = llm.generate([[5, 17, 42, 99, 7]], SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))[0]
+    assert len(out.token_ids) == 6 and all(0 <= t < 384 for t in out.token_ids)
