@@ -144,6 +144,23 @@ class CausalLM(nn.Module):
         del self.model.embed_tokens.weight
         self.model.embed_tokens.register_parameter("weight", None)
 
+    def weight_bytes(self) -> int:
+        """Bytes the weights take in memory: dense tensors, bf16 panels and quantized blocks, shared ones once."""
+        seen, total = set(), 0
+        tensors = [p for p in self.parameters()]
+        for m in self.modules():
+            if isinstance(m, Linear):
+                tensors += [m.small_m_weight] if m.small_m_weight is not None else []
+                tensors += [t for w in m.quantized.values() for t in w.tensors()]
+        if self.quantized_embedding is not None:
+            tensors += list(self.quantized_embedding.tensors())
+        for t in tensors:
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.nbytes)
+            if t.nbytes and key not in seen:
+                seen.add(key)
+                total += t.nbytes
+        return total
+
     def preparation_bytes(self) -> int:
         """Work of finish_init, counted as in its progress: each projection's weight bytes, once for packing
         and once for the move into huge pages."""

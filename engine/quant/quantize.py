@@ -19,7 +19,7 @@ from ..layers.linear import Linear
 from .gguf_blocks import BLOCKS, repack
 
 CHOICES = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K"}
-FALLBACK = {"Q4_K": "Q5_0"}   # for rows that are not whole 256-element super-blocks
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}   # llama.cpp's, for rows not whole 256-blocks
 HEAD_TYPE = "Q8_0"
 
 

@@ -33,10 +33,12 @@ def quant_label(reader) -> str:
     return max(types, key=types.get) if types else "F32"
 
 
-def _metadata_files(path: Path, out: Path, dtype: str) -> None:
+def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None) -> None:
     """config.json, tokenizer files and generation_config.json from the GGUF metadata, into `out`."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    if head_dim:   # transformers does not map attention.key_length; Qwen3's config default (128) is not always it
+        config.head_dim = head_dim
     config.architectures = [ARCHITECTURES[config.model_type]]
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -74,6 +76,7 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
             raise StoreError(f"{path.name} has no chat template in its metadata (tokenizer.chat_template), so "
                              "llmchat cannot format a chat for it")
         quant = quant_label(reader)
+        head_dim = field(reader, f"{arch}.attention.key_length")
         num_params = sum(int(t.n_elements) for t in reader.tensors)
     except (GGUFError, UnsupportedTensorType) as exc:
         raise StoreError(str(exc)) from None
@@ -88,7 +91,7 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        _metadata_files(path, tmp, dtype)
+        _metadata_files(path, tmp, dtype, head_dim)
         (tmp / POINTER).write_text(json.dumps({"file": str(path), "size": stat.st_size, "quant": quant,
                                                "num_params": num_params}, indent=2))
         shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,116 @@
+"""Write a tiny Hugging Face model folder as a GGUF file, as llama.cpp's converter would, with a chosen GGUF
+type per tensor role, for the quantized-model tests.
+
+llama files get llama.cpp's q/k row permutation; qwen2 files carry q/k/v biases and qwen3 files q/k norms.
+The byte-level BPE tokenizer goes in as a "gpt2" GGUF tokenizer with its merges and the chat template.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFWriter, TokenType
+from safetensors.numpy import load_file
+
+from llmchat.engine.quant.quantize import quantize_blocks, type_for
+
+LAYER_NAMES = {
+    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+}
+# tensor role -> GGUF type of the Q4_K_M-like mix most tests use
+MIXED = {"embd": "Q8_0", "output": "Q6_K", "attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K",
+         "attn_output": "Q5_K", "ffn_gate": "Q4_0", "ffn_up": "Q4_1", "ffn_down": "Q5_0"}
+
+
+def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp stores q/k rows interleaved for its rotary layout."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _metadata(w: GGUFWriter, cfg: dict, folder: Path) -> None:
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    tok_cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    template = (folder / "chat_template.jinja").read_text() if (folder / "chat_template.jinja").exists() \
+        else tok_cfg.get("chat_template")
+    w.add_name("tiny")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    if cfg.get("head_dim"):
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(float((cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))))
+    w.add_vocab_size(cfg["vocab_size"])
+    vocab = tok["model"]["vocab"]
+    specials = {t["content"]: t["id"] for t in tok["added_tokens"]}
+    tokens, types = [""] * cfg["vocab_size"], [TokenType.UNUSED] * cfg["vocab_size"]
+    for text, i in {**vocab, **specials}.items():
+        tokens[i] = text
+        types[i] = TokenType.CONTROL if text in specials else TokenType.NORMAL
+    tokens = [t or f"[PAD{i}]" for i, t in enumerate(tokens)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_pad_token_id(cfg["pad_token_id"])
+    w.add_add_bos_token(False)
+    if template:
+        w.add_chat_template(template)
+
+
+def write_gguf(folder: Path, out: Path, types: dict[str, str] | None = None, arch: str | None = None,
+               chat_template: bool = True) -> Path:
+    """folder: a tiny HF model (tiny_models.make_model); types: role -> GGUF type name (F32, F16, Q8_0, ...),
+    roles missing from it stay F32. Returns `out`."""
+    cfg = json.loads((folder / "config.json").read_text())
+    arch = arch or cfg["model_type"]
+    types = types or {}
+    w = GGUFWriter(str(out), arch)
+    _metadata(w, cfg, folder)
+    if not chat_template:
+        w.fields.pop("tokenizer.chat_template", None)
+    state = load_file(str(folder / "model.safetensors"))
+
+    def put(name: str, arr: np.ndarray, role: str) -> None:
+        arr = np.ascontiguousarray(arr.astype(np.float32))
+        kind = types.get(role, "F32") if arr.ndim == 2 else "F32"
+        if kind not in ("F32", "F16"):
+            kind = type_for(kind, arr.shape[1]) or "F32"   # rows that are not whole blocks: llama.cpp's fallback
+        if kind == "F32":
+            w.add_tensor(name, arr)
+        elif kind == "F16":
+            w.add_tensor(name, arr.astype(np.float16))
+        else:
+            qtype = GGMLQuantizationType[kind]
+            w.add_tensor(name, quantize_blocks(arr, kind), raw_dtype=qtype)
+
+    put("token_embd.weight", state["model.embed_tokens.weight"], "embd")
+    for i in range(cfg["num_hidden_layers"]):
+        for hf, gg in LAYER_NAMES.items():
+            for suffix in ("weight", "bias"):
+                key = f"model.layers.{i}.{hf}.{suffix}"
+                if key not in state:
+                    continue
+                arr = state[key]
+                if arch == "llama" and gg in ("attn_q", "attn_k"):
+                    heads = cfg["num_attention_heads"] if gg == "attn_q" else cfg["num_key_value_heads"]
+                    arr = _permute(arr, heads)
+                put(f"blk.{i}.{gg}.{suffix}", arr, gg)
+    put("output_norm.weight", state["model.norm.weight"], "norm")
+    if "lm_head.weight" in state and not cfg.get("tie_word_embeddings"):
+        put("output.weight", state["lm_head.weight"], "output")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out

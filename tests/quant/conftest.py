@@ -1,0 +1,44 @@
+"""Tiny GGUF models of each family, written once per session, and a store to register them in."""
+from __future__ import annotations
+
+import pytest
+
+from gguf_models import MIXED, write_gguf
+from llmchat.engine.store import ModelStore
+from tiny_models import make_model, make_tokenizer
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+SIZES = dict(hidden_size=256, intermediate_size=512)   # whole Q4_K super-blocks on most rows
+
+
+@pytest.fixture(scope="session")
+def tiny_source(tmp_path_factory):
+    """arch -> tiny HF folder with GGUF-friendly sizes."""
+    made = {}
+
+    def get(arch: str):
+        if arch not in made:
+            made[arch] = make_model(tmp_path_factory.mktemp(f"qsrc-{arch}"), arch,
+                                    vocab_size=len(make_tokenizer()), **SIZES)
+        return made[arch]
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory, tiny_source):
+    """(arch, mix name) -> GGUF path; mixes: "mixed" (a Q4_K_M-like mix of every type), "q8_0", "q4_0"."""
+    mixes = {"mixed": MIXED, "q8_0": {r: "Q8_0" for r in MIXED}, "q4_0": {**{r: "Q4_0" for r in MIXED}, "embd": "Q8_0"}}
+    made = {}
+
+    def get(arch: str, mix: str = "mixed"):
+        if (arch, mix) not in made:
+            out = tmp_path_factory.mktemp(f"gguf-{arch}-{mix}") / f"tiny-{arch}-{mix}.gguf"
+            made[arch, mix] = write_gguf(tiny_source(arch), out, mixes[mix])
+        return made[arch, mix]
+    return get
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    return ModelStore(tmp_path / "data")

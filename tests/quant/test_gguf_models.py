@@ -1,0 +1,75 @@
+"""Tiny GGUF models of every family and type mix run quantized in the engine: the kernels' greedy output
+follows the engine's torch reference path on the same quantized weights, stays close to the fp32
+dequantized model (transformers), and memory holds the file's size, not a dequantized copy."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from conftest import FAMILIES
+from llmchat.engine import LLM, SamplingParams
+from llmchat.engine.layers.linear import Linear
+from llmchat.engine.quant.quality import compare, sequence_logits
+
+MESSAGES = [{"role": "user", "content": "Once upon a time there was a"}]
+
+
+def greedy(llm, n=16):
+    return llm.generate([MESSAGES], SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))[0]
+
+
+def assert_follows(chosen: list[int], start: int, reference: torch.Tensor, tol: float) -> None:
+    """Teacher-forced: at each generated position the reference's logit for the chosen token is within `tol`
+    of its best one (the int8 activation rounding can only swap near-ties), and most are its argmax."""
+    rows = reference[start - 1:start - 1 + len(chosen)]
+    best, picked = rows.max(-1).values, rows[torch.arange(len(chosen)), torch.tensor(chosen)]
+    assert torch.all(picked >= best - tol), (best - picked).tolist()
+    assert (picked == best).float().mean() >= 0.8
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("mix", ["mixed", "q8_0", "q4_0"])
+def test_kernels_follow_the_torch_reference_path(store, tiny_gguf, arch, mix):
+    model = store.import_path(tiny_gguf(arch, mix))
+    assert model.source == "gguf" and model.supported and model.quant is not None
+    fast = LLM(str(model.path), dtype="float32", kv_cache_gb=0.02)
+    out = greedy(fast)
+    ids = out.prompt_token_ids + out.token_ids
+    ref = LLM(str(model.path), dtype="float32", kv_cache_gb=0.02, attention_backend="torch")
+    ref_logits = sequence_logits(ref, ids)
+    scale = ref_logits.abs().max().item()
+    assert_follows(out.token_ids, len(out.prompt_token_ids), ref_logits, tol=0.02 * scale)
+    # the projections really run quantized: no dense copy of any quantized weight
+    linears = [m for m in fast.engine.runner.model.modules() if isinstance(m, Linear)]
+    assert linears and all(m.is_quantized and m.weight is None for m in linears)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_close_to_the_fp32_dequantized_model(store, tiny_gguf, arch):
+    gguf = tiny_gguf(arch, "mixed")
+    model = store.import_path(gguf)
+    llm = LLM(str(model.path), dtype="float32", kv_cache_gb=0.02)
+    ids = greedy(llm).prompt_token_ids * 3
+    config = AutoConfig.from_pretrained(str(model.path))   # transformers' GGUF config misses qwen3's head_dim
+    hf = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, config=config,
+                                              dtype=torch.float32)
+    with torch.no_grad():
+        want = hf(torch.tensor([ids])).logits[0]
+    q = compare(want, sequence_logits(llm, ids))
+    assert q["kl_divergence"] < 0.01 and q["top1_agreement"] >= 0.9, q
+
+
+def test_resident_weights_are_about_the_file_size(store, tiny_gguf, tiny_source):
+    gguf = tiny_gguf("llama", "mixed")
+    llm = LLM(str(store.import_path(gguf).path), dtype="float32", kv_cache_gb=0.02)
+    weights = llm.engine.runner.model.weight_bytes()
+    assert weights <= 1.5 * gguf.stat().st_size   # fp32 block factors: a little over the file, never dense
+    assert weights < 0.4 * (tiny_source("llama") / "model.safetensors").stat().st_size   # the fp32 original
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bf16_and_fp32_activations_both_run(store, tiny_gguf, dtype):
+    llm = LLM(str(store.import_path(tiny_gguf("qwen3", "mixed")).path), dtype=dtype, kv_cache_gb=0.02)
+    out = greedy(llm, n=8)
+    assert len(out.token_ids) == 8 and llm.engine.runner.dtype == getattr(torch, dtype)
