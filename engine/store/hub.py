@@ -106,10 +106,11 @@ def is_gguf_repo(names: list[str]) -> bool:
     return any(is_gguf_model_file(n) for n in names) and bool(weights_reason(names))
 
 
-def gguf_hub_model(info, sizes: dict[str, int | None] | None = None) -> HubModel:
-    """A GGUF repo as a search hit: quants from the file names, architecture from the Hub's GGUF metadata."""
+def gguf_hub_model(info) -> HubModel:
+    """A GGUF repo as a search hit: quants from the file names (sizes come later: add_quant_sizes),
+    architecture from the Hub's GGUF metadata, else a family tag."""
     from .support import GGUF_ARCHITECTURES, gguf_architecture, gguf_quants, gguf_repo_reason
-    quants = gguf_quants([s.rfilename for s in info.siblings or []], sizes)
+    quants = gguf_quants([s.rfilename for s in info.siblings or []])
     arch = gguf_architecture(getattr(info, "gguf", None), info.tags)
     reason = gguf_repo_reason(arch, quants)
     lm = info.last_modified.isoformat() if info.last_modified else None

@@ -94,14 +94,14 @@ def select_files(names: list[str], weight_map_files: list[str] | None = None) ->
 GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                       "qwen3": "Qwen3ForCausalLM"}
 GGUF_TYPES_TEXT = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"
-# A file's quant is named in its file name, llama.cpp style (Model-Q4_K_M.gguf, model.q8_0.gguf). The engine
-# runs the F16/BF16/F32, Q8_0, Q4_0/1, Q5_0/1 and Q4_K/Q5_K/Q6_K(_M/_S/_L) files (a Q4_K_M file mixes Q4_K, Q5_0,
-# Q6_K, Q8_0...).
-# Files of the quants matched here hold types it does not run (i-quants, 2/3-bit k-quants, ternary, MXFP4, the
-# old ARM-repacked Q4_0_4_4 family). Other names (e.g. "Q4") say too little: the import checks their tensors.
-_UNRUNNABLE_QUANT = re.compile(r"(?:UD-)?(?:IQ\d.*|Q[23]_K.*|TQ\d_\d|MXFP4.*|Q4_0_[48]_[48])")
-_QUANT_IN_NAME = re.compile(r"(?:^|[-._])((?:UD-)?(?:I?Q\d+(?:_[A-Z0-9]+)*|TQ\d_\d|MXFP4(?:_MOE)?|BF16|F16|F32|FP16|FP32))"
+# A file's quant is named in its file name, llama.cpp style (Model-Q4_K_M.gguf, model.q8_0.gguf); the last
+# such token counts. The engine runs the F16/BF16/F32, Q8_0, Q4_0/1, Q5_0/1 and Q4_K/Q5_K/Q6_K(_M/_S/_L) files
+# (a Q4_K_M file mixes Q4_K, Q5_0, Q6_K, Q8_0...). The quants matched by _UNRUNNABLE_QUANT hold types it does not
+# run (i-quants, 2/3-bit k-quants, ternary, MXFP4, the old ARM-repacked Q4_0_4_4 family). Other names (e.g. "Q4")
+# say too little to refuse a file: the import checks its tensor types.
+_QUANT_IN_NAME = re.compile(r"(?:^|[-._])((?:UD-)?(?:I?Q\d+(?:_[A-Z0-9]+)*|TQ\d_\d|MXFP4(?:_MOE)?|B?F16|F32|FP16|FP32))"
                             r"(?=$|[-.])", re.IGNORECASE)
+_UNRUNNABLE_QUANT = re.compile(r"(?:UD-)?(?:IQ\d.*|Q[23]_K.*|TQ\d_\d|MXFP4.*|Q4_0_[48]_[48])")
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})$", re.IGNORECASE)  # llama.cpp's gguf-split naming
 
 
@@ -125,7 +125,7 @@ def quant_name(filename: str) -> str | None:
     found = _QUANT_IN_NAME.findall(stem)
     if not found:
         return None
-    name = found[-1].upper()  # the last match: "Llama-3-8B-Q4_K_M" names Q4_K_M, not a size
+    name = found[-1].upper()
     return {"FP16": "F16", "FP32": "F32"}.get(name, name)
 
 
