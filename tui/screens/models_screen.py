@@ -75,7 +75,7 @@ class ModelsScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#search-results", DataTable).add_columns("model", "downloads", "likes", "updated", "format")
-        self.query_one("#library-table", DataTable).add_columns("name", "architecture", "params", "weights",
+        self.query_one("#library-table", DataTable).add_columns("name", "architecture", "params", "dtype",
                                                                 "context", "size", "status")
         self.query_one("#adapter-table", DataTable).add_columns("name", "base", "size")
         self.query_one("#transfer").display = False
@@ -109,7 +109,7 @@ class ModelsScreen(Screen):
                 adapters.add_row(m.name, getattr(m, "architecture", "") or "", human_size(m.size_bytes), key=m.name)
             else:
                 status = "ok" if m.supported else f"unsupported: {m.reason}"
-                weights = getattr(m, "quant", None) or m.dtype or "?"   # a GGUF run as it is: its quant
+                weights = getattr(m, "quant", None) or m.dtype or "?"   # a GGUF run as it is: its quant, e.g. Q4_K_M
                 table.add_row(m.name, m.architecture or "?", human_count(m.num_params), weights,
                               str(m.context_length or "?"), human_size(m.size_bytes), status, key=m.name)
 
