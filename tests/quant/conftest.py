@@ -1,11 +1,16 @@
 """Tiny GGUF models of each family, written once per session, and a store to register them in."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from gguf_models import MIXED, write_gguf
-from llmchat.engine.store import ModelStore
-from tiny_models import make_model, make_tokenizer
+sys.path.insert(0, str(Path(__file__).parents[1] / "lora"))   # lora_helpers, for adapters on a GGUF base
+
+from gguf_models import MIXED, write_gguf  # noqa: E402
+from llmchat.engine.store import ModelStore  # noqa: E402
+from tiny_models import make_model, make_tokenizer  # noqa: E402
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 SIZES = dict(hidden_size=256, intermediate_size=512)   # whole Q4_K super-blocks on most rows
