@@ -137,6 +137,19 @@ def test_bad_quant_choices_are_refused_before_any_download(store, hub, repo, tin
     assert file_gets(hub) == [] and store.list() == []
 
 
+def test_gated_repo_and_disk_space_as_for_any_pull(hub_env, hub, gguf, monkeypatch):
+    from fake_hub import GOOD_TOKEN
+    from llmchat.engine.store import GatedRepoError, NotEnoughDiskError
+    hub.add(gguf_repo("org/Gated-GGUF", gguf, gated=True))
+    with pytest.raises(GatedRepoError, match="accept its license"):
+        pull_gguf(ModelStore(), "org/Gated-GGUF", "Q8_0")
+    monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
+    with pytest.raises(NotEnoughDiskError, match="not enough disk space"):
+        pull_gguf(ModelStore(free_space=lambda path: 1000), "org/Gated-GGUF", "Q8_0")
+    assert file_gets(hub) == []
+    assert pull_gguf(ModelStore(), "org/Gated-GGUF", "Q8_0").supported
+
+
 def test_unsupported_base_model_refused_before_download(store, hub, gguf, tiny_model_dir, tmp_path):
     gemma = tmp_path / "gemma"
     shutil.copytree(tiny_model_dir("llama"), gemma)
