@@ -31,7 +31,7 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _metadata(w: GGUFWriter, cfg: dict, folder: Path) -> None:
+def _metadata(w: GGUFWriter, cfg: dict, folder: Path, chat_template: bool) -> None:
     tok = json.loads((folder / "tokenizer.json").read_text())
     tok_cfg = json.loads((folder / "tokenizer_config.json").read_text())
     template = (folder / "chat_template.jinja").read_text() if (folder / "chat_template.jinja").exists() \
@@ -64,7 +64,7 @@ def _metadata(w: GGUFWriter, cfg: dict, folder: Path) -> None:
     w.add_eos_token_id(cfg["eos_token_id"])
     w.add_pad_token_id(cfg["pad_token_id"])
     w.add_add_bos_token(False)
-    if template:
+    if template and chat_template:
         w.add_chat_template(template)
 
 
@@ -76,9 +76,7 @@ def write_gguf(folder: Path, out: Path, types: dict[str, str] | None = None, arc
     arch = arch or cfg["model_type"]
     types = types or {}
     w = GGUFWriter(str(out), arch)
-    _metadata(w, cfg, folder)
-    if not chat_template:
-        w.fields.pop("tokenizer.chat_template", None)
+    _metadata(w, cfg, folder, chat_template)
     state = load_file(str(folder / "model.safetensors"))
 
     def put(name: str, arr: np.ndarray, role: str) -> None:

@@ -24,12 +24,15 @@ def add_parser(subparsers) -> None:
     sub.add_parser("list", help="models in the library (HF cache + imports)")
     s = sub.add_parser("rm", help="delete a model (imported folders are only unregistered)")
     s.add_argument("name")
-    s = sub.add_parser("import", help="register a model folder, or convert a .gguf file")
+    s = sub.add_parser("import", help="register a model folder or a .gguf file (run quantized, in place)")
     s.add_argument("path")
     s.add_argument("--copy", action="store_true", help="copy the folder into llmchat's data dir")
     s.add_argument("--name", help="library name (default: the folder or file name)")
     s.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="GGUF only: dtype of the written weights (auto: float32 below 2B parameters)")
+                   help="GGUF only: dtype of activations and KV cache (auto: bfloat16); with --dequantize, of the "
+                        "written weights (auto: float32 below 2B parameters)")
+    s.add_argument("--dequantize", action="store_true",
+                   help="GGUF only: write a 16/32-bit safetensors copy instead of running the file as it is")
     for action in sub.choices.values():
         action.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -164,13 +167,14 @@ def _rm(store, args) -> int:
 
 def _import(store, args) -> int:
     model = store.import_path(args.path, copy=args.copy, progress=_ProgressLine(not args.json),
-                              name=args.name, dtype=args.dtype)
+                              name=args.name, dtype=args.dtype, dequantize=args.dequantize)
     if args.json:
         print(json.dumps(model.to_dict(), indent=2))
     else:
         status = "ok" if model.supported else f"cannot run: {model.reason}"
+        quant = f", {model.quant} kept quantized" if model.quant else ""
         print(f"imported {model.name} ({model.architecture}, {_params(model.num_params)} parameters, "
-              f"{_bytes(model.size_bytes)}) at {model.path}: {status}")
+              f"{_bytes(model.size_bytes)}{quant}) at {model.path}: {status}")
     return 0
 
 

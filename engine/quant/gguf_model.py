@@ -67,6 +67,30 @@ def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[s
     _check_complete(model, seen, path)
 
 
+def check_shapes(reader, config: dict, path: Path, target: Callable[[str], tuple[str, int | None]]) -> None:
+    """Every tensor of the file fits the model its config describes (a meta-device dry run of the load)."""
+    from ..models import MODEL_CLASSES, ModelArgs
+    args = ModelArgs.from_config(config)
+    with torch.device("meta"):
+        model = MODEL_CLASSES[args.architecture](args, None, None)
+    params = dict(model.named_parameters())
+    from .gguf_tensors import hf_name
+    for t in reader.tensors:
+        hf = hf_name(t.name)
+        if hf is None:
+            continue
+        name, index = target(hf)
+        if name not in params:
+            raise GGUFError(f"{path.name}: tensor {t.name} has no place in a {args.architecture} model")
+        want = tuple(params[name].shape)
+        if index is not None:
+            owner = model.get_submodule(name.rpartition(".")[0])
+            want = (owner.output_sizes[index], *want[1:])
+        got = tuple(int(s) for s in reversed(t.shape))   # ggml lists the row length first
+        if got != want:
+            raise GGUFError(f"{path.name}: tensor {t.name} has shape {list(got)}, its config expects {list(want)}")
+
+
 def _check_complete(model, seen: set, path: Path) -> None:
     missing = []
     for name, param in model.named_parameters():

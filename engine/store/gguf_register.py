@@ -33,7 +33,7 @@ def quant_label(reader) -> str:
     return max(types, key=types.get) if types else "F32"
 
 
-def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None) -> None:
+def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, reader) -> None:
     """config.json, tokenizer files and generation_config.json from the GGUF metadata, into `out`."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -44,6 +44,9 @@ def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None) -> 
         del config.quantization_config
     config.dtype = "bfloat16" if dtype == "auto" else dtype   # activations and KV cache; weights stay quantized
     config.save_pretrained(out)
+    from llmchat.engine.model_loader import _target, read_config
+    from llmchat.engine.quant.gguf_model import check_shapes
+    check_shapes(reader, read_config(out), path, _target)
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     tok.save_pretrained(out)
     GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
@@ -80,7 +83,6 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
         num_params = sum(int(t.n_elements) for t in reader.tensors)
     except (GGUFError, UnsupportedTensorType) as exc:
         raise StoreError(str(exc)) from None
-    del reader
 
     taken = {m.name for m in store.list()}
     if name and name in taken:
@@ -91,13 +93,15 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        _metadata_files(path, tmp, dtype, head_dim)
+        _metadata_files(path, tmp, dtype, head_dim, reader)
         (tmp / POINTER).write_text(json.dumps({"file": str(path), "size": stat.st_size, "quant": quant,
                                                "num_params": num_params}, indent=2))
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)  # the library only ever sees a finished folder
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, GGUFError):
+            raise StoreError(str(exc)) from None
         if isinstance(exc, (KeyError, ValueError, OSError)) and not isinstance(exc, StoreError):
             raise StoreError(f"{path.name}: cannot read its metadata as a model ({exc})") from None
         raise

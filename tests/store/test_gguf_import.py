@@ -1,5 +1,6 @@
 """GGUF import: a tiny llama GGUF written here with the gguf package, and the real SmolLM2 Q4_1 GGUF.
-The imported folder must generate exactly what transformers generates from the GGUF itself."""
+Dequantized (`--dequantize`), the written folder must generate exactly what transformers generates from the
+GGUF itself; registered in place (the default), the file runs quantized and answers sensibly."""
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def greedy(model, tok, messages, n=12):
 def test_tiny_gguf_import_matches_transformers(store, tiny_gguf):
     src, gguf = tiny_gguf
     seen = []
-    model = store.import_path(gguf, progress=seen.append)
+    model = store.import_path(gguf, progress=seen.append, dequantize=True)
     assert model.source == "gguf" and model.supported and model.architecture == "LlamaForCausalLM"
     assert store.data_dir in model.path.parents and model.dtype == "float32"
     config = json.loads((model.path / "config.json").read_text())
@@ -60,14 +61,14 @@ def test_tiny_gguf_import_matches_transformers(store, tiny_gguf):
         "<|im_start|>assistant\n")
     assert greedy(mine, tok, messages) == greedy(ref, tok_ref, messages)
     # importing the same file again reuses the conversion; remove frees the folder
-    assert store.import_path(gguf).name == model.name and len(store.list()) == 1
+    assert store.import_path(gguf, dequantize=True).name == model.name and len(store.list()) == 1
     assert store.remove(model.name) == model.size_bytes and not model.path.exists()
 
 
 def test_tiny_gguf_runs_in_the_engine(store, tiny_gguf):
     from llmchat.engine import LLM, SamplingParams
     _src, gguf = tiny_gguf
-    model = store.import_path(gguf)
+    model = store.import_path(gguf, dequantize=True)
     ref = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tok_ref = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     messages = [{"role": "user", "content": "Once upon a time"}]
@@ -94,11 +95,21 @@ def test_unsupported_gguf_architecture_refused(store, tmp_path):
         store.import_path(junk)
 
 
+def test_registered_in_place_without_a_copy(store, tiny_gguf):
+    _src, gguf = tiny_gguf
+    model = store.import_path(gguf)
+    assert model.source == "gguf" and model.quant == "Q8_0" and model.supported
+    assert not list(model.path.glob("*.safetensors"))              # only metadata files were written
+    assert json.loads((model.path / "gguf.json").read_text())["file"] == str(gguf.resolve())
+    assert model.size_bytes >= gguf.stat().st_size                  # its weights are the file
+    assert store.remove(model.name) > 0 and gguf.exists()           # removing never deletes the user's file
+
+
 def test_real_smollm2_gguf_becomes_a_chat_model(store):
     from real_model import smollm2_gguf
     from llmchat.engine import LLM, SamplingParams
     gguf = smollm2_gguf()
-    model = store.import_path(gguf)
+    model = store.import_path(gguf, dequantize=True)
     assert model.supported and model.architecture == "LlamaForCausalLM"
     assert model.context_length == 8192 and 130e6 < model.num_params < 140e6
     tok = AutoTokenizer.from_pretrained(str(model.path))
