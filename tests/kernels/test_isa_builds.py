@@ -51,8 +51,8 @@ def host_runs(name: str) -> bool:
     return need in flags
 
 
-def build_and_run(name: str, out_dir: Path, sources: list[str]) -> subprocess.CompletedProcess:
-    compiler, flags, runner, _ = VARIANTS[name]
+def build_and_run(name: str, out_dir: Path, sources: list[str], variants: dict | None = None) -> subprocess.CompletedProcess:
+    compiler, flags, runner, _ = (variants or VARIANTS)[name]
     exe = out_dir / re.sub(r"\W+", "_", name)
     built = subprocess.run([compiler, *COMMON, *flags, *sources, "-o", str(exe)], capture_output=True, text=True)
     if built.returncode != 0:
@@ -60,13 +60,15 @@ def build_and_run(name: str, out_dir: Path, sources: list[str]) -> subprocess.Co
     return subprocess.run([*runner, str(exe)], capture_output=True, text=True, timeout=600)
 
 
-def build_all_variants(out_dir: Path, sources: list[str]) -> dict[str, subprocess.CompletedProcess]:
-    """Build and run `sources` for every variant this host can execute; a missing toolchain fails."""
+def build_all_variants(out_dir: Path, sources: list[str], variants: dict | None = None) -> dict[str, subprocess.CompletedProcess]:
+    """Build and run `sources` for every variant (default: VARIANTS) this host can execute; a missing
+    toolchain fails."""
+    variants = variants or VARIANTS
     missing = [f"{tool} (apt package {pkg})" for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
     assert not missing, "toolchain missing for the ISA tests: " + ", ".join(missing)
-    names = [n for n in VARIANTS if host_runs(n)]
+    names = [n for n in variants if host_runs(n)]
     with ThreadPoolExecutor(max_workers=2) as pool:  # two compilers at a time: the machine is shared
-        return dict(zip(names, pool.map(lambda n: build_and_run(n, out_dir, sources), names)))
+        return dict(zip(names, pool.map(lambda n: build_and_run(n, out_dir, sources, variants), names)))
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +76,14 @@ def results(tmp_path_factory):
     return build_all_variants(tmp_path_factory.mktemp("isa-builds"), SOURCES)
 
 
-def assert_variant_passed(results: dict, name: str) -> None:
-    """The driver built for variant `name` ran on its ISA path and every check passed."""
+def assert_variant_passed(results: dict, name: str, variants: dict | None = None, native_isa=K.isa) -> None:
+    """The driver built for variant `name` ran on its ISA path and every check passed; the native variant
+    must report native_isa(), the path of the built extension."""
     if name not in results:
         pytest.skip(f"{name} cannot execute on a {platform.machine()} host")  # never the case on x86-64 CI
     proc = results[name]
     assert proc.returncode == 0, f"{name} build or run failed:\n{proc.stdout}\n{proc.stderr}"
-    want = VARIANTS[name][3] or K.isa()
+    want = (variants or VARIANTS)[name][3] or native_isa()
     assert f"isa={want}\n" in proc.stdout
     assert "ok " in proc.stdout and ", 0 failed" in proc.stdout
 

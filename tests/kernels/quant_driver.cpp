@@ -1,0 +1,295 @@
+// Standalone test of the torch-free quantized linear (core/quant_linear.cpp) on the compiled block-dot path
+// (vec/qdot.h), built natively and cross-compiled for aarch64 by test_quant_isa_builds.py.
+// For every kind (Q8, Q8Halves, Q4, Q5) and dtype (f32, bf16, f16), with weights drawn over each kind's full
+// value range, it checks
+//   - quant_linear against a plain double loop of the same math: the activations quantize_activations gives
+//     (q, d, dsum), exact integer block dots, out = sum_b isum * scale * d + sum_b min * dsum (+ bias), within
+//     1e-5 (f32), 1e-2 (bf16), 2e-3 (f16) of the sum of the sizes of all the products (see check_linear);
+//   - determinism: each row of an M-row call is bit-identical to the same row from M = 1 calls, from a call on
+//     the rows after the first (every row in another tile position) and from another thread split;
+//   - that nothing outside the [M, N] slice of a wider, strided output is written;
+//   - quant_rows against scale * q + min rounded twice in float, exactly.
+// Prints "isa=<quant_isa_name()>" and "ok <n> checks, <f> failed"; exit 1 on failure.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/quant_linear.h"
+#include "driver_util.h"
+
+using namespace llmchat;
+using namespace llmchat::test;
+
+namespace {
+
+const char* kind_name(QuantKind k) {
+  switch (k) {
+    case QuantKind::Q8: return "q8";
+    case QuantKind::Q8Halves: return "q8halves";
+    case QuantKind::Q4: return "q4";
+    case QuantKind::Q5: return "q5";
+  }
+  return "?";
+}
+template <typename T> const char* dtype_name() {
+  return sizeof(T) == 4 ? "f32" : (std::is_same_v<T, bf16_t> ? "bf16" : "f16");
+}
+bool paired(QuantKind k) { return k == QuantKind::Q4 || k == QuantKind::Q5; }
+template <typename T> uint32_t bits_of(T v) {
+  uint32_t u = 0;
+  std::memcpy(&u, &v, sizeof(T));
+  return u;
+}
+
+// A random weight in the kernel's layout, over the kind's whole value range.
+struct Weight {
+  QuantKind kind;
+  int64_t n, k, nb;
+  std::vector<uint8_t> values;  // stored one byte in: the kernel must not assume aligned weight bytes
+  std::vector<uint32_t> high;
+  std::vector<float> scales, mins;
+  bool with_mins;
+
+  Weight(QuantKind kind_, int64_t n_, int64_t k_, bool with_mins_)
+      : kind(kind_), n(n_), k(k_), nb(k_ / 32), with_mins(with_mins_ && paired(kind_)) {
+    const int64_t bytes = paired(kind) ? n * k / 2 : n * k;
+    values.resize(size_t(bytes + 1));
+    for (auto& v : values) v = uint8_t(next_u64() >> 56);  // any byte: every nibble, every int8 -128..127
+    if (kind == QuantKind::Q5) {
+      high.resize(size_t(n * nb));
+      for (auto& h : high) h = uint32_t(next_u64() >> 32);  // any high bits
+    }
+    scales.resize(size_t(kind == QuantKind::Q8Halves ? 2 * n * nb : n * nb));
+    for (auto& s : scales) s = 0.002f + 0.01f * std::fabs(uniform());  // positive, small
+    if (with_mins) {
+      mins.resize(size_t(n * nb));
+      for (auto& m : mins) m = -0.05f * std::fabs(uniform());  // negative, small (zero allowed)
+    }
+  }
+  QuantWeightView view() const {
+    QuantWeightView w;
+    w.kind = kind, w.n = n, w.k = k;
+    w.values = values.data() + 1;
+    w.high = kind == QuantKind::Q5 ? high.data() : nullptr;
+    w.scales = scales.data();
+    w.mins = with_mins ? mins.data() : nullptr;
+    return w;
+  }
+  // The integer weight of row r, element c, decoded from the layout as quant_linear.h documents it.
+  int q(int64_t r, int64_t c) const {
+    const uint8_t* v = values.data() + 1;
+    if (!paired(kind)) return int(int8_t(v[r * k + c]));
+    const int64_t b = c / 32;
+    const int j = int(c % 32);
+    const uint8_t byte = v[(r * nb + b) * 16 + (j % 16)];
+    int value = j < 16 ? (byte & 15) : (byte >> 4);
+    if (kind == QuantKind::Q5) value |= int((high[size_t(r * nb + b)] >> j) & 1u) << 4;
+    return value;
+  }
+  float scale(int64_t r, int64_t c) const {
+    return kind == QuantKind::Q8Halves ? scales[size_t(r * 2 * nb + c / 16)] : scales[size_t(r * nb + c / 32)];
+  }
+  float min(int64_t r, int64_t b) const { return with_mins ? mins[size_t(r * nb + b)] : 0.f; }
+};
+
+double worst_error[3] = {0, 0, 0};  // f32, bf16, f16: reported, so a loosening shows in the log
+
+void fail(const char* what, QuantKind kind, const char* dt, int64_t m, int64_t n, int64_t k, bool bias,
+          int threads, const char* detail) {
+  ++failures;
+  std::printf("FAIL %s kind=%s dtype=%s m=%lld n=%lld k=%lld bias=%d threads=%d: %s\n", what, kind_name(kind), dt,
+              (long long)m, (long long)n, (long long)k, int(bias), threads, detail);
+}
+
+template <typename T>
+void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bool with_mins, int threads) {
+  const char* dt = dtype_name<T>();
+  const Weight wt(kind, n, k, with_mins);
+  const int64_t xs = k + 3, os = n + 5, nb = k / 32;  // strided rows on both sides
+  auto x = random_vec<T>(size_t(m * xs), 2.f);
+  if (m > 1)  // an all-zero block: d = 0
+    for (int j = 0; j < 32; ++j) x[size_t(xs + j)] = from_float<T>(0.f);
+  const auto b = random_vec<T>(size_t(n));
+  const T fill = from_float<T>(7.f);
+
+  auto call = [&](int64_t rows, const T* xp, T* op, int th) {
+    QuantLinearArgs a;
+    a.dtype = dtype_of<T>();
+    a.x = xp, a.x_stride = xs;
+    a.w = wt.view();
+    a.bias = bias ? b.data() : nullptr;
+    a.out = op, a.out_stride = os;
+    a.m = rows;
+    quant_linear(a, chunked(th));
+  };
+  std::vector<T> out(size_t(m * os), fill);
+  call(m, x.data(), out.data(), threads);
+
+  // The reference: the same quantized activations, exact integer dots, the float math in double.
+  std::vector<int8_t> q(size_t(m * k));
+  std::vector<float> d(size_t(m * nb)), dsum(size_t(m * nb));
+  quantize_activations(dtype_of<T>(), x.data(), xs, m, k, q.data(), d.data(), dsum.data(), serial_runtime());
+  ++checks;
+  {  // the quantization itself: q * d within half a step of x, dsum = d * sum(q)
+    int bad = 0;
+    for (int64_t t = 0; t < m; ++t)
+      for (int64_t bb = 0; bb < nb; ++bb) {
+        int32_t sum = 0;
+        float amax = 0.f;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(to_float(x[t * xs + 32 * bb + j])));
+        const float dd = d[t * nb + bb];
+        if (!(std::fabs(dd - amax / 127.f) <= 1e-6f * amax)) ++bad;
+        for (int j = 0; j < 32; ++j) {
+          const int qq = q[t * k + 32 * bb + j];
+          sum += qq;
+          const double xv = to_float(x[t * xs + 32 * bb + j]);
+          if (qq < -127 || qq > 127 || std::fabs(xv - double(qq) * dd) > 0.5001 * dd + 1e-30) ++bad;
+        }
+        if (dsum[t * nb + bb] != dd * float(sum)) ++bad;
+      }
+    if (bad) {
+      char msg[64];
+      std::snprintf(msg, sizeof msg, "%d bad values", bad);
+      fail("quantize_activations", kind, dt, m, n, k, bias, threads, msg);
+    }
+  }
+  ++checks;
+  {
+    const float tol = sizeof(T) == 4 ? 1e-5f : (std::is_same_v<T, bf16_t> ? 1e-2f : 2e-3f);
+    double worst = 0.0;
+    int64_t worst_t = -1, worst_r = -1;
+    int outside = 0;
+    for (int64_t t = 0; t < m; ++t) {
+      for (int64_t r = 0; r < n; ++r) {
+        // mag: the sum of the sizes of every product the output adds up. The vector paths convert partial
+        // integer dots (lanes of a few elements) to float and add them there, so their rounding error is
+        // relative to this, not to |isum|: a block whose lanes cancel is not exact in float.
+        double s = 0.0, mag = 0.0;
+        for (int64_t bb = 0; bb < nb; ++bb) {
+          for (int h = 0; h < (kind == QuantKind::Q8Halves ? 2 : 1); ++h) {
+            const int64_t c0 = 32 * bb + (kind == QuantKind::Q8Halves ? 16 * h : 0);
+            const int64_t len = kind == QuantKind::Q8Halves ? 16 : 32;
+            int64_t isum = 0, iabs = 0;
+            for (int64_t c = c0; c < c0 + len; ++c) {
+              const int64_t p = int64_t(wt.q(r, c)) * q[t * k + c];
+              isum += p, iabs += p < 0 ? -p : p;
+            }
+            const double sd = double(wt.scale(r, c0)) * double(d[t * nb + bb]);
+            s += double(isum) * sd, mag += double(iabs) * sd;
+          }
+          const double mterm = double(wt.min(r, bb)) * double(dsum[t * nb + bb]);
+          s += mterm, mag += std::fabs(mterm);
+        }
+        if (bias) s += to_float(b[r]), mag += std::fabs(to_float(b[r]));
+        const double got = to_float(out[t * os + r]);
+        const double err = std::fabs(got - s) / (mag + 1e-30);
+        if (!(err <= worst)) worst = err, worst_t = t, worst_r = r;
+        double& seen = worst_error[sizeof(T) == 4 ? 0 : (std::is_same_v<T, bf16_t> ? 1 : 2)];
+        if (!(err <= seen)) seen = err;
+      }
+      for (int64_t r = n; r < os; ++r) outside += bits_of(out[t * os + r]) != bits_of(fill) ? 1 : 0;
+    }
+    if (!(worst <= tol)) {
+      char msg[96];
+      std::snprintf(msg, sizeof msg, "relative error %g at row %lld col %lld", worst, (long long)worst_t, (long long)worst_r);
+      fail("linear vs reference", kind, dt, m, n, k, bias, threads, msg);
+    }
+    if (outside) fail("linear wrote outside its slice", kind, dt, m, n, k, bias, threads, "");
+  }
+
+  // Determinism: the same rows whatever M, tile position or thread split.
+  auto compare = [&](const std::vector<T>& other, int64_t first, const char* what) {
+    ++checks;
+    int64_t diff = 0, at = -1;
+    for (int64_t t = first; t < m; ++t)
+      for (int64_t r = 0; r < n; ++r)
+        if (std::memcmp(&other[t * os + r], &out[t * os + r], sizeof(T)) != 0) {
+          if (at < 0) at = t;
+          ++diff;
+        }
+    if (diff) {
+      char msg[96];
+      std::snprintf(msg, sizeof msg, "%lld values differ (first in row %lld)", (long long)diff, (long long)at);
+      fail(what, kind, dt, m, n, k, bias, threads, msg);
+    }
+  };
+  {
+    std::vector<T> alt(size_t(m * os), fill);
+    call(m, x.data(), alt.data(), threads % 3 + 1);
+    compare(alt, 0, "rows depend on the thread split");
+  }
+  if (m > 1) {
+    std::vector<T> single(size_t(m * os), fill);
+    for (int64_t t = 0; t < m; ++t) call(1, x.data() + t * xs, single.data() + t * os, (threads + 1) % 3 + 1);
+    compare(single, 0, "rows differ from M=1 calls");
+    std::vector<T> shifted(size_t(m * os), fill);
+    call(m - 1, x.data() + xs, shifted.data() + os, threads);
+    compare(shifted, 1, "rows depend on their tile position");
+  }
+}
+
+// quant_rows: rows `ids` dequantized as scale * q + min with two float roundings (never one fused multiply-add).
+template <typename T>
+void check_rows(QuantKind kind, int64_t n, int64_t k, bool with_mins, int threads) {
+  const Weight wt(kind, n, k, with_mins);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < std::min<int64_t>(n, 5); ++i) ids.push_back(pick(n));
+  ids.push_back(n - 1), ids.push_back(0);
+  const int64_t os = k + 7;
+  const T fill = from_float<T>(7.f);
+  std::vector<T> out(ids.size() * size_t(os), fill);
+  quant_rows(wt.view(), ids.data(), int64_t(ids.size()), dtype_of<T>(), out.data(), os, chunked(threads));
+  ++checks;
+  int64_t bad = 0, at = -1;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      volatile float p = wt.scale(ids[i], c) * float(wt.q(ids[i], c));  // volatile: rounded, not fused
+      float v = p;
+      if (wt.with_mins) v = v + wt.min(ids[i], c / 32);
+      if (bits_of(out[i * os + c]) != bits_of(from_float<T>(v))) {
+        if (at < 0) at = int64_t(i) * k + c;
+        ++bad;
+      }
+    }
+    for (int64_t c = k; c < os; ++c) bad += bits_of(out[i * os + c]) != bits_of(fill) ? 1 : 0;
+  }
+  if (bad) {
+    char msg[96];
+    std::snprintf(msg, sizeof msg, "%lld values differ (first at id %lld col %lld)", (long long)bad,
+                  at < 0 ? -1ll : (long long)(at / k), at < 0 ? -1ll : (long long)(at % k));
+    fail("quant_rows", kind, dtype_name<T>(), int64_t(ids.size()), n, k, false, threads, msg);
+  }
+}
+
+}  // namespace
+
+int main() {
+  const QuantKind kinds[] = {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5};
+  const int64_t ms[] = {1, 2, 3, 5, 17, 64, 130};  // register tiles, their remainders, the unpack-into-scratch path
+  const int64_t ks[] = {32, 96, 256, 576};         // one block, an odd block count, even counts
+  const int64_t ns[] = {1, 2, 3, 5, 16, 17, 33, 50, 7, 4, 20};  // odd and even, below 4, not multiples of 16
+  int i = 0;
+  for (QuantKind kind : kinds) {
+    for (int64_t k : ks)
+      for (int64_t m : ms) {
+        const int64_t n = ns[size_t(i) % (sizeof ns / sizeof ns[0])];
+        const int threads = 1 + i % 3;
+        const bool bias = (i / 3) % 2 == 1, mins = i % 2 == 0;
+        check_linear<float>(kind, m, n, k, bias, mins, threads);
+        check_linear<bf16_t>(kind, m, n, k, !bias, !mins, threads % 3 + 1);
+        check_linear<fp16_t>(kind, m, n, k, bias, !mins, (threads + 1) % 3 + 1);
+        ++i;
+      }
+    for (int64_t k : ks)
+      for (int threads : {1, 3}) {
+        check_rows<float>(kind, 19, k, threads == 1, threads);
+        check_rows<bf16_t>(kind, 19, k, threads != 1, threads);
+        check_rows<fp16_t>(kind, 19, k, true, threads);
+      }
+  }
+  std::printf("worst error f32 %.3g bf16 %.3g f16 %.3g\n", worst_error[0], worst_error[1], worst_error[2]);
+  std::printf("isa=%s\nok %d checks, %d failed\n", quant_isa_name(), checks, failures);
+  return failures ? 1 : 0;
+}

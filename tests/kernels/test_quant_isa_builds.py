@@ -1,0 +1,41 @@
+"""The quantized linear (kernels/csrc/core/quant_linear.cpp) on every block-dot path of vec/qdot.h:
+quant_driver.cpp built natively (AVX2, which AVX-512 machines also run, and scalar) and cross-compiled for
+AArch64 plain NEON and NEON dotprod (gcc, gcc with i8mm+bf16 also enabled, and clang like macOS), run under
+qemu. The driver checks every weight kind and dtype against a plain loop of the same math, rows bit-identical
+whatever M or the thread split, and row dequantization exact. A missing toolchain fails, it does not skip.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import llmchat.kernels as K
+from test_isa_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
+
+SOURCES = [str(Path(__file__).with_name("quant_driver.cpp")),
+           *(str(CSRC / "core" / name) for name in ("quant_linear.cpp", "elementwise.cpp"))]  # + serial_runtime
+QEMU_MAX = [*QEMU, "-cpu", "max"]  # every optional Armv8 feature (dotprod, i8mm, bf16), whatever qemu's default
+
+# name: (compiler, flags, runner prefix, quant_isa_name() the driver must report; None: the extension's)
+VARIANTS = {
+    "native": ("g++", ["-march=native"], [], None),
+    "avx2": ("g++", ["-mavx2", "-mfma", "-mf16c"], [], "avx2"),
+    "scalar": ("g++", ["-DLLMCHAT_FORCE_SCALAR"], [], "scalar"),
+    "neon": ("aarch64-linux-gnu-g++", ["-march=armv8-a"], QEMU_MAX, "neon"),  # widening multiplies, no SDOT
+    "neon+dotprod": ("aarch64-linux-gnu-g++", ["-march=armv8.2-a+dotprod"], QEMU_MAX, "neon+dotprod"),
+    "neon+i8mm+bf16": ("aarch64-linux-gnu-g++", ["-march=armv8.6-a+bf16+i8mm+dotprod"], QEMU_MAX, "neon+dotprod"),
+    # clang is the compiler family of macOS (Apple silicon has dotprod): the path must pass with it too
+    "neon+dotprod (clang)": ("clang++", ["--target=aarch64-linux-gnu", "-march=armv8.6-a+dotprod"], QEMU_MAX,
+                             "neon+dotprod"),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return build_all_variants(tmp_path_factory.mktemp("quant-isa-builds"), SOURCES, VARIANTS)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_quant_linear_path_matches_plain_loop(results, name):
+    assert_variant_passed(results, name, VARIANTS, native_isa=K.quant_isa)
