@@ -1,6 +1,7 @@
 // Quantized linear: out[M, N] = x[M, K] @ W[N, K]^T (+ bias) with W in blocks of 32 weights, torch-free.
 // Activations are quantized once per call to int8 in blocks of 32 (d = max|x| / 127, q = round-to-even(x / d)),
-// and each weight block meets its activation block as an exact int32 dot, scaled in fp32:
+// and each weight block meets its activation block as exact int32 dots (partial sums of 4-8 elements per vector
+// lane, qdot.h), converted and scaled in fp32:
 //   out[m, n] = sum_b isum(m, n, b) * (scale[n, b] * d[m, b]) + sum_b min[n, b] * (d[m, b] * sum(q[m, b]))
 // The order of those float operations is fixed by K alone (same for every M and thread split).
 #pragma once
