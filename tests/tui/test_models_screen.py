@@ -171,3 +171,15 @@ async def test_gguf_download_shows_progress_and_can_be_cancelled(gguf_hub):
         # the library refreshed after the cancel: the partial file is kept (the next pull resumes), nothing registered
         await wait_until(pilot, lambda: [(r[0], "incomplete" in r[6]) for r in rows()]
                          == [("test/SmolChat-GGUF", True)], what="the library after the cancel")
+
+
+async def test_a_library_refresh_landing_after_the_screen_closed_is_harmless(dirs):
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        screen = app.screen
+        assert isinstance(screen, ModelsScreen)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, ModelsScreen), what="the screen closed")
+        await pilot.pause()
+        screen.show_library([])   # what a refresh worker still reading the disk does when it finishes

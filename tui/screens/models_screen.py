@@ -8,6 +8,7 @@ import threading
 
 from textual import work
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import (Button, Checkbox, DataTable, Footer, Header, Input, Label, ProgressBar, Select,
@@ -101,7 +102,10 @@ class ModelsScreen(Screen):
 
     def show_library(self, models: list) -> None:
         self.library = models
-        table, adapters = self.query_one("#library-table", DataTable), self.query_one("#adapter-table", DataTable)
+        try:
+            table, adapters = self.query_one("#library-table", DataTable), self.query_one("#adapter-table", DataTable)
+        except NoMatches:
+            return   # the screen closed while a worker read the library: nothing left to show it in
         table.clear()
         adapters.clear()
         for m in models:
