@@ -16,6 +16,7 @@ import time
 
 import psutil
 import torch
+from pathlib import Path
 
 from .llm import LLM
 from .sampling_params import SamplingParams
@@ -31,26 +32,6 @@ def _prompt(n: int, seed: int, vocab: int) -> list[int]:
 
 def _fixed(n: int) -> SamplingParams:
     return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
-
-
-def weight_bytes(model_path, itemsize: int) -> int:
-    """Size of the checkpoint's tensors in the engine's dtype (read from the safetensors headers)."""
-    from pathlib import Path
-
-    from safetensors import safe_open
-    total = 0
-    for f in Path(model_path).glob("*.safetensors"):
-        with safe_open(str(f), framework="pt") as st:
-            for name in st.keys():
-                total += _numel(st.get_slice(name).get_shape())
-    return total * itemsize
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def engine_figures(llm: LLM, sessions: list[int], new_tokens: int, prompt_len: int, prefix_len: int) -> dict:
@@ -129,13 +110,17 @@ def transformers_baseline(model_path, dtype: str, sessions: list[int], new_token
 
 
 def run(model_path, dtype: str = "bfloat16", sessions=(4, 8, 16), new_tokens: int = 64, prompt_len: int = 32,
-        prefix_len: int = 1024, kv_cache_gb: float = 1.0, baseline: bool = True, **engine_kwargs) -> dict:
+        prefix_len: int = 1024, kv_cache_gb: float = 1.0, baseline: bool = True, llamacpp: bool = True,
+        **engine_kwargs) -> dict:
+    from .model_loader import gguf_source
     rss0 = psutil.Process().memory_info().rss
     llm = LLM(model_path, dtype=dtype, kv_cache_gb=kv_cache_gb, **engine_kwargs)
     runner = llm.engine.runner
-    weights = weight_bytes(model_path, runner.dtype.itemsize)
+    weights = runner.model.weight_bytes()
+    gguf = gguf_source(model_path)
     result = {
         "model": str(model_path), "dtype": str(runner.dtype).replace("torch.", ""),
+        "weights": _weights_label(runner.model, gguf, engine_kwargs.get("quantize")),
         "attention_backend": runner.attention_backend, "threads": torch.get_num_threads(),
         "kv_cache_gb": llm.metrics().kv_cache_gb, "new_tokens": new_tokens, "prompt_len": prompt_len,
         "prefix_len": prefix_len,
@@ -145,10 +130,14 @@ def run(model_path, dtype: str = "bfloat16", sessions=(4, 8, 16), new_tokens: in
     result["memory_mb"] = {"resident": rss / MB, "resident_before_load": rss0 / MB, "weights": weights / MB,
                            "kv_budget": llm.metrics().kv_cache_gb * 1024,
                            "over_weights_plus_kv": (rss - weights) / MB - llm.metrics().kv_cache_gb * 1024}
+    if gguf is not None:
+        result["memory_mb"]["file"] = gguf.stat().st_size / MB
+        result["memory_mb"]["over_file_plus_kv"] = (rss - gguf.stat().st_size) / MB - llm.metrics().kv_cache_gb * 1024
+        _quantized_figures(result, llm, gguf, Path(model_path), new_tokens, prompt_len, prefix_len, llamacpp)
     vocab = llm.engine.vocab_size
     del llm, runner
     gc.collect()
-    if baseline:
+    if baseline and gguf is None:
         hf = transformers_baseline(model_path, result["dtype"], list(sessions), new_tokens, prompt_len, prefix_len,
                                    vocab)
         result["transformers"] = hf
@@ -158,10 +147,37 @@ def run(model_path, dtype: str = "bfloat16", sessions=(4, 8, 16), new_tokens: in
     return result
 
 
+def _weights_label(model, gguf, quantize) -> str:
+    from .layers.linear import Linear
+    types = sorted({w.source for m in model.modules() if isinstance(m, Linear) for w in m.quantized.values()})
+    if not types:
+        return "dense"
+    how = f"GGUF file {gguf.name}" if gguf is not None else f"--quantize {quantize}"
+    return f"{how}: {', '.join(types)}"
+
+
+def _quantized_figures(result: dict, llm, gguf, folder, new_tokens: int, prompt_len: int, prefix_len: int,
+                       llamacpp: bool) -> None:
+    """Quality vs the fp32 dequantized model, and llama.cpp on the same file and prompts (ratios)."""
+    from . import bench_gguf
+    ids = bench_gguf.text_ids(llm)
+    reference = bench_gguf.reference_logits(gguf, folder, ids)
+    result["quality"] = bench_gguf.quality(llm, reference, ids)
+    if not llamacpp:
+        return
+    vocab = llm.engine.vocab_size
+    lc = bench_gguf.llamacpp_figures(gguf, _prompt(prompt_len, 1, vocab), _prompt(prefix_len, 7, vocab), new_tokens,
+                                     ids, reference)
+    result["llamacpp"] = lc
+    if "error" not in lc:
+        e = result["engine"]
+        result["ratio_vs_llamacpp"] = {k: e[k] / lc[k] for k in ("decode_tok_s_1", "prefill_tok_s")}
+
+
 def format_report(r: dict) -> str:
     e, hf, ratio = r["engine"], r.get("transformers", {}), r.get("ratio_vs_transformers", {})
     lines = [f"llmchat bench: {r['model']} ({r['dtype']}, attention={r['attention_backend']}, "
-             f"{r['threads']} threads, KV cache {r['kv_cache_gb']:.2f} GiB)",
+             f"{r['threads']} threads, KV cache {r['kv_cache_gb']:.2f} GiB; weights: {r.get('weights', 'dense')})",
              f"{'figure':<28}{'llmchat':>12}{'transformers':>14}{'ratio':>9}"]
     rows = [("decode tok/s, 1 session", "decode_tok_s_1")]
     rows += [(f"aggregate tok/s, {k[16:]} sessions", k) for k in e if k.startswith("aggregate_tok_s_")]
@@ -173,7 +189,21 @@ def format_report(r: dict) -> str:
         lines.append(f"{label:<28}{mine:>12}{theirs:>14}{(f'{ratio[key]:.2f}x' if key in ratio else '-'):>9}")
     lines.append(f"cached-prefix TTFT / cold TTFT: {e['ttft_cached_over_cold']:.1%} "
                  f"({e['cached_prefix_tokens']} prompt tokens from the cache)")
+    lc = r.get("llamacpp")
+    if lc is not None and "error" in lc:
+        lines.append(f"llama.cpp: not measured ({lc['error']})")
+    elif lc is not None:
+        ratio = r["ratio_vs_llamacpp"]
+        lines.append(f"llama.cpp, same file: decode {lc['decode_tok_s_1']:.1f} tok/s (llmchat {ratio['decode_tok_s_1']:.2f}x), "
+                     f"prefill {lc['prefill_tok_s']:.1f} tok/s (llmchat {ratio['prefill_tok_s']:.2f}x)")
+    for who, q in (("llmchat", r.get("quality")), ("llama.cpp", (lc or {}).get("quality"))):
+        if q:
+            lines.append(f"quality vs fp32 dequantized ({who}, {q['positions']} positions): KL {q['kl_divergence']:.5f}, "
+                         f"top-1 agreement {q['top1_agreement']:.1%}")
     m = r["memory_mb"]
+    if "file" in m:
+        lines.append(f"resident {m['resident']:.0f} MB = file {m['file']:.0f} MB + KV budget {m['kv_budget']:.0f} MB "
+                     f"+ {m['over_file_plus_kv']:.0f} MB other")
     lines.append(f"resident {m['resident']:.0f} MB = weights {m['weights']:.0f} MB + KV budget {m['kv_budget']:.0f} MB "
                  f"+ {m['over_weights_plus_kv']:.0f} MB other (Python, torch, tokenizer)")
     return "\n".join(lines)

@@ -16,7 +16,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--kv-cache-gb", type=float, default=1.0)
     p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--no-baseline", action="store_true", help="skip the transformers baseline")
+    p.add_argument("--no-baseline", action="store_true", help="skip the transformers and llama.cpp baselines")
+    p.add_argument("--quantize", choices=["q8_0", "q4_0", "q4_k"], default=None,
+                   help="quantize a 16/32-bit model at load and measure that")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--kernels", action="store_true", help="run the kernel micro-benchmark (llmchat.kernels.bench)")
     p.add_argument("--lora", action="store_true",
@@ -42,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = run_bench(_resolve(args.model), dtype=args.dtype, sessions=args.sessions, new_tokens=args.tokens,
                        prefix_len=args.prefix, kv_cache_gb=args.kv_cache_gb, baseline=not args.no_baseline,
-                       attention_backend=args.attention_backend, num_threads=args.threads)
+                       attention_backend=args.attention_backend, num_threads=args.threads,
+                       llamacpp=not args.no_baseline, quantize=args.quantize)
     print(json.dumps(result, indent=2) if args.json else format_report(result))
     return 0

@@ -59,6 +59,7 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
 
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise StoreError(f"dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
+    stem = Path(path).stem            # named by the path given (a Hub cache link resolves to a hash-named blob)
     path = path.resolve()
     stat = path.stat()
     origin = {"path": str(path), "size": stat.st_size, "mtime": stat.st_mtime_ns, "in_place": True, "dtype": dtype}
@@ -87,7 +88,7 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
     taken = {m.name for m in store.list()}
     if name and name in taken:
         raise StoreError(f"a model named {name!r} already exists")
-    reg_name = name or store.registry.unique_name(path.stem, taken)
+    reg_name = name or store.registry.unique_name(stem, taken)
     out = store.registry.dir / reg_name
     tmp = store.registry.dir / (reg_name + ".part")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -15,6 +15,10 @@ from .types import DownloadProgress, HubModel, LocalModel, StoreError
 ProgressFn = Callable[[DownloadProgress], None]
 
 
+def _gguf_only(folder: Path) -> bool:
+    return not (folder / "config.json").exists() and any(folder.glob("*.gguf"))
+
+
 class ModelStore:
     """UI-free model store over the standard HF cache plus llmchat's own registry of imports.
 
@@ -33,7 +37,8 @@ class ModelStore:
     # ---- library -------------------------------------------------------------------------------
     def list(self) -> list[LocalModel]:
         """Every model in the HF cache and every import, usable or not (with the reason). No network."""
-        models = [self._from_snapshot(s) for s in hf_cache.scan(self.cache_dir)]
+        # a Hub snapshot holding only GGUF files is listed once, as the model its file was registered as
+        models = [self._from_snapshot(s) for s in hf_cache.scan(self.cache_dir) if not _gguf_only(s.path)]
         for name, entry in sorted(self.registry.load().items()):
             models.append(self._from_registry(name, entry))
         return models
