@@ -11,6 +11,7 @@ LLMCHAT_DECODER_STACK=0 turns it off (A/B benchmarks).
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -28,19 +29,28 @@ class DecoderStack:
         self.weights: list[torch.Tensor] = []
         self.windows: list[int] = []
         first = layers[0].self_attn
-        no_bias = torch.empty(0, dtype=first.qkv_proj.small_m_weight.dtype)
+        no_bias = torch.empty(0, dtype=layers[0].input_layernorm.weight.dtype)
         limits = []
         self.projections = []   # in the op's order: per layer qkv, o, gate_up, down (their LoRA hooks)
+        self.quant, self.quant_runs = [], []   # quantized projections: 5 tensors per run, runs per projection
         for layer in layers:
             attn, projections = layer.self_attn, _projections(layer)
             self.projections += projections
             self.weights += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
-            self.weights += [p.small_m_weight for p in projections]
+            self.weights += [no_bias if p.is_quantized else p.small_m_weight for p in projections]
             self.weights += [p.bias if p.bias is not None else no_bias for p in projections]
             self.weights += [attn.q_norm.weight, attn.k_norm.weight] if attn.qk_norm else [no_bias, no_bias]
             self.windows.append(attn.attn.window)
-            limits += [p._small_max for p in projections]
-        self.max_tokens = min(limits)   # bf16 panels: every step size; plain weights: the small-M range
+            for p in projections:
+                calls = p.__dict__.get("_quant_calls", [])
+                self.quant_runs.append(len(calls))
+                for start, _n, _w, _bias, (values, high, scales, mins, kind) in calls:
+                    self.quant += [values, high, scales, mins, torch.tensor([start, kind], dtype=torch.int64)]
+            limits += [sys.maxsize if p.is_quantized else p._small_max for p in projections]
+        if not self.quant:
+            self.quant_runs = []
+        # bf16 panels and quantized blocks: every step size; plain weights: the small-M range
+        self.max_tokens = min(limits)
         self.rotary = first.rotary_cache
         self.num_heads, self.head_dim, self.intermediate = args.num_heads, args.head_dim, args.intermediate_size
         self.eps, self.scale = float(layers[0].input_layernorm.eps), float(first.attn.scale)
@@ -57,9 +67,10 @@ class DecoderStack:
             projections = _projections(layer)
             if not isinstance(layer.self_attn.attn, KernelAttention):
                 return None
-            if any(p.small_m_weight is None or p._small_max < 1 for p in projections):
+            dense = [p for p in projections if not p.is_quantized]
+            if any(p.small_m_weight is None or p._small_max < 1 for p in dense):
                 return None
-            if len({p.small_m_weight.dim() for p in projections}) != 1:
+            if len({p.small_m_weight.dim() for p in dense}) > 1:
                 return None
         norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm,
                                                  getattr(layer.self_attn, "q_norm", None),
@@ -79,7 +90,8 @@ class DecoderStack:
         adapters, segments = self._lora(lora) if lora is not None else ([], self.no_segments)
         self.op(x, residual, self.weights, self.windows, [k for k, _ in kv_caches], [v for _, v in kv_caches],
                 md.positions, md.slot_mapping, md.block_tables, md.seq_lens, md.query_start_loc, self.rotary,
-                self.num_heads, self.head_dim, self.intermediate, self.eps, self.scale, adapters, segments)
+                self.num_heads, self.head_dim, self.intermediate, self.eps, self.scale, adapters, segments,
+                self.quant, self.quant_runs)
         return x, residual
 
     def _lora(self, manager) -> tuple[list[torch.Tensor], torch.Tensor]:

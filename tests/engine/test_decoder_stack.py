@@ -72,7 +72,7 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         torch.ops.llmchat.decoder_stack(x.clone(), torch.empty_like(x), a["weights"], a["windows"], a["keys"],
                                         a["values"], a["positions"], a["slots"], a["tables"], a["lens"], a["qsl"],
                                         stack.rotary, stack.num_heads, stack.head_dim, stack.intermediate,
-                                        stack.eps, stack.scale, a.get("lora", []), stack.no_segments)
+                                        stack.eps, stack.scale, a.get("lora", []), stack.no_segments, [], [])
 
     call()  # the good arguments run
     assert blocks.block_size == 16

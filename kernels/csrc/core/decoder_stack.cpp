@@ -16,10 +16,19 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
   // A projection, then its LoRA deltas added into its output (what Linear.forward does with a LoRA hook).
   auto linear = [&](const void* x, int64_t k, const void* w, const void* bias, void* out, int64_t n,
                     const DecoderLayerWeights& lw, int which) {
-    LinearArgs l;
-    l.dtype = a.dtype, l.x = x, l.x_stride = k, l.weight = w, l.packed = a.packed, l.bias = bias;
-    l.out = out, l.out_stride = n, l.m = T, l.n = n, l.k = k;
-    linear_small_m(l, rt);
+    for (const auto& run : lw.quant[which]) {  // quantized: each run writes its columns of out
+      QuantLinearArgs q;
+      q.dtype = a.dtype, q.x = x, q.x_stride = k, q.w = run.w, q.m = T;
+      q.bias = bias ? static_cast<const char*>(bias) + run.start * es : nullptr;
+      q.out = at(out, run.start), q.out_stride = n;
+      quant_linear(q, rt);
+    }
+    if (lw.quant[which].empty()) {
+      LinearArgs l;
+      l.dtype = a.dtype, l.x = x, l.x_stride = k, l.weight = w, l.packed = a.packed, l.bias = bias;
+      l.out = out, l.out_stride = n, l.m = T, l.n = n, l.k = k;
+      linear_small_m(l, rt);
+    }
     if (lw.has_lora[which]) {
       LoraArgs lora = lw.lora[which];
       lora.x = x, lora.x_stride = k, lora.out = out, lora.out_stride = n;

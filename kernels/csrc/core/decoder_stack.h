@@ -8,6 +8,7 @@
 #include "gemv.h"
 #include "kernels.h"
 #include "lora.h"
+#include "quant_linear.h"
 
 namespace llmchat {
 
@@ -21,6 +22,13 @@ struct DecoderLayerWeights {
   // LoRA of qkv, o, gate_up, down for this step's token segments (x and out filled in per call), or none.
   LoraArgs lora[4];
   bool has_lora[4] = {false, false, false, false};
+  // Quantized projections (GGUF files, --quantize): runs of output columns from `start`, each on its own block
+  // weight (a fused projection may mix kinds); a projection with runs has no dense weight.
+  struct QuantRun {
+    int64_t start = 0;
+    QuantWeightView w;
+  };
+  std::vector<QuantRun> quant[4];
 };
 
 struct DecoderStackArgs {

@@ -7,6 +7,7 @@
 #include "../core/decoder_stack.h"
 #include "attention_binding.h"
 #include "lora_checks.h"
+#include "quant_checks.h"
 
 namespace llmchat::binding {
 namespace {
@@ -14,6 +15,7 @@ namespace {
 constexpr const char* kOp = "decoder_stack";
 constexpr int64_t kPerLayer = 12;  // input_norm, post_norm, qkv, o, gate_up, down, their 4 biases, q/k norms
 constexpr int64_t kLoraPerProjection = 5;
+constexpr int64_t kQuantPerRun = 5;  // values, high, scales, mins, [start, kind] (int64)
 
 struct Widths {
   int64_t tokens, hidden, intermediate, head_size, q_size, kv_size;
@@ -43,16 +45,41 @@ const void* vector_of(const at::Tensor& v, const char* name, int64_t n, const at
   return v.data_ptr();
 }
 
-// One layer's 12 weights; `packed` says whether its projections are bf16 panels (all or none).
-DecoderLayerWeights layer_weights(const at::Tensor* w, const at::Tensor& x, const Widths& s, bool& packed) {
-  DecoderLayerWeights lw;
+// A layer's quantized runs of projection p ([N, K] = (out, in)), from `count` runs of 5 tensors at `t`.
+void add_quant(DecoderLayerWeights& lw, int p, const at::Tensor* t, int64_t count, int64_t n, int64_t k) {
+  int64_t covered = 0;
+  for (int64_t r = 0; r < count; ++r, t += kQuantPerRun) {
+    const at::Tensor& meta = t[4];
+    check_dtype(kOp, meta, "quant run meta", at::kLong);
+    check_shape(kOp, meta, "quant run meta", {2});
+    DecoderLayerWeights::QuantRun run;
+    run.start = meta.data_ptr<int64_t>()[0];
+    run.w = quant_weight_view(kOp, t[0], t[1], t[2], t[3], meta.data_ptr<int64_t>()[1]);
+    LLMCHAT_CHECK(run.start == covered && run.w.k == k, kOp, "quantized runs must cover the projection's ", n,
+                  " outputs in order, each with K = ", k);
+    covered += run.w.n;
+    lw.quant[p].push_back(run);
+  }
+  LLMCHAT_CHECK(covered == n, kOp, "quantized runs cover ", covered, " of the projection's ", n, " outputs");
+}
+
+// One layer's 12 weights; `packed` says whether its projections are bf16 panels (all or none). A quantized
+// projection (runs in lw.quant) passes an empty dense weight.
+DecoderLayerWeights layer_weights(DecoderLayerWeights lw, const at::Tensor* w, const at::Tensor& x, const Widths& s,
+                                  bool& packed) {
   lw.input_norm = vector_of(w[0], "input norm weight", s.hidden, x, false);
   lw.post_norm = vector_of(w[1], "post-attention norm weight", s.hidden, x, false);
-  packed = check_projection(w[2], "qkv weight", s.qkv(), s.hidden, x);
-  LLMCHAT_CHECK(check_projection(w[3], "o weight", s.hidden, s.q_size, x) == packed &&
-                    check_projection(w[4], "gate_up weight", 2 * s.intermediate, s.hidden, x) == packed &&
-                    check_projection(w[5], "down weight", s.hidden, s.intermediate, x) == packed,
-                kOp, "projection weights must be all packed (bf16 panels) or all plain");
+  const int64_t shapes[4][2] = {{s.qkv(), s.hidden}, {s.hidden, s.q_size}, {2 * s.intermediate, s.hidden},
+                                {s.hidden, s.intermediate}};
+  const char* names[4] = {"qkv weight", "o weight", "gate_up weight", "down weight"};
+  int dense = 0, panels = 0;
+  for (int p = 0; p < 4; ++p) {
+    if (!lw.quant[p].empty()) continue;
+    ++dense;
+    panels += check_projection(w[2 + p], names[p], shapes[p][0], shapes[p][1], x) ? 1 : 0;
+  }
+  LLMCHAT_CHECK(panels == 0 || panels == dense, kOp, "projection weights must be all packed (bf16 panels) or all plain");
+  packed = panels > 0;
   lw.qkv = w[2].data_ptr(), lw.o = w[3].data_ptr(), lw.gate_up = w[4].data_ptr(), lw.down = w[5].data_ptr();
   lw.qkv_bias = vector_of(w[6], "qkv bias", s.qkv(), x);
   lw.o_bias = vector_of(w[7], "o bias", s.hidden, x);
@@ -105,7 +132,7 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
                       const at::Tensor& slot_mapping, const at::Tensor& block_tables, const at::Tensor& seq_lens,
                       const at::Tensor& query_start_loc, const at::Tensor& cos_sin_cache, int64_t num_q_heads,
                       int64_t head_size, int64_t intermediate, double eps, double scale, at::TensorList lora,
-                      const at::Tensor& lora_segments) {
+                      const at::Tensor& lora_segments, at::TensorList quant, at::IntArrayRef quant_runs) {
   check_cpu(kOp, x, "x");
   check_dim(kOp, x, "x", 2);
   check_contiguous(kOp, x, "x");
@@ -131,6 +158,15 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
   LLMCHAT_CHECK(intermediate > 0 && scale > 0 && eps > 0, kOp, "intermediate, scale and eps must be positive");
   const Widths s{T, x.size(1), intermediate, head_size, num_q_heads * head_size, Hkv * head_size};
 
+  LLMCHAT_CHECK(quant_runs.empty() || int64_t(quant_runs.size()) == 4 * L, kOp,
+                "quant_runs must be empty or hold 4 counts per layer, got ", quant_runs.size());
+  int64_t runs_total = 0;
+  for (int64_t c : quant_runs) runs_total += c;
+  LLMCHAT_CHECK(int64_t(quant.size()) == kQuantPerRun * runs_total, kOp, "quant must hold ", kQuantPerRun,
+                " tensors per run, got ", quant.size());
+  const int64_t shapes[4][2] = {{s.qkv(), s.hidden}, {s.hidden, s.q_size}, {2 * s.intermediate, s.hidden},
+                                {s.hidden, s.intermediate}};
+  const at::Tensor* next_run = quant.data();
   DecoderStackArgs a;
   a.dtype = dt;
   for (int64_t i = 0; i < L; ++i) {
@@ -140,7 +176,12 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
     const int64_t win = sliding_windows[i];
     LLMCHAT_CHECK(win == -1 || win > 0, kOp, "sliding windows must be -1 (off) or positive, got ", win);
     bool packed = false;
-    DecoderLayerWeights lw = layer_weights(weights.data() + kPerLayer * i, x, s, packed);
+    DecoderLayerWeights quantized;
+    for (int p = 0; !quant_runs.empty() && p < 4; ++p) {
+      add_quant(quantized, p, next_run, quant_runs[4 * i + p], shapes[p][0], shapes[p][1]);
+      next_run += kQuantPerRun * quant_runs[4 * i + p];
+    }
+    DecoderLayerWeights lw = layer_weights(quantized, weights.data() + kPerLayer * i, x, s, packed);
     LLMCHAT_CHECK(i == 0 || packed == a.packed, kOp, "projection weights must be all packed or all plain");
     LLMCHAT_CHECK(!packed || dt == DType::BF16, kOp, "packed weights need bfloat16 activations");
     LLMCHAT_CHECK((lw.q_norm == nullptr) == (lw.k_norm == nullptr) &&
@@ -182,7 +223,7 @@ TORCH_LIBRARY_FRAGMENT(llmchat, m) {
   m.def("decoder_stack(Tensor(a!) x, Tensor(b!) residual, Tensor[] weights, int[] sliding_windows, "
         "Tensor(c!)[] key_caches, Tensor(d!)[] value_caches, Tensor positions, Tensor slot_mapping, Tensor block_tables, "
         "Tensor seq_lens, Tensor query_start_loc, Tensor cos_sin_cache, int num_q_heads, int head_size, int intermediate, "
-        "float eps, float scale, Tensor[] lora, Tensor lora_segments) -> ()");
+        "float eps, float scale, Tensor[] lora, Tensor lora_segments, Tensor[] quant, int[] quant_runs) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) { m.impl("decoder_stack", &llmchat::binding::decoder_stack_op); }

@@ -1,0 +1,46 @@
+// Input checks of a quantized weight's tensors (see core/quant_linear.h), shared by the quant_linear and
+// decoder_stack bindings.
+#pragma once
+#include "../core/quant_linear.h"
+#include "checks.h"
+
+namespace llmchat::binding {
+
+// Checks a weight's tensors against its kind (see core/quant_linear.h) and returns the view.
+inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& values, const at::Tensor& high, const at::Tensor& scales,
+                            const at::Tensor& mins, int64_t kind) {
+  LLMCHAT_CHECK(kind >= 0 && kind <= 3, op, "kind must be 0 (q8), 1 (q8 halves), 2 (q4) or 3 (q5), got ", kind);
+  QuantWeightView w;
+  w.kind = QuantKind(kind);
+  const bool nibbles = w.kind == QuantKind::Q4 || w.kind == QuantKind::Q5;
+  for (auto [t, name] : {std::pair{&values, "values"}, {&scales, "scales"}}) {
+    check_cpu(op, *t, name);
+    check_contiguous(op, *t, name);
+    check_dim(op, *t, name, 2);
+  }
+  check_dtype(op, values, "values", nibbles ? at::kByte : at::kChar);
+  check_dtype(op, scales, "scales", at::kFloat);
+  w.n = values.size(0), w.k = values.size(1) * (nibbles ? 2 : 1);
+  LLMCHAT_CHECK(w.k % 32 == 0 && w.k > 0, op, "K must be a positive multiple of 32, got ", w.k);
+  const int64_t nb = w.k / 32;
+  check_shape(op, scales, "scales", {w.n, w.kind == QuantKind::Q8Halves ? 2 * nb : nb});
+  w.values = values.data_ptr(), w.scales = scales.data_ptr<float>();
+  if (w.kind == QuantKind::Q5) {
+    check_cpu(op, high, "high");
+    check_contiguous(op, high, "high");
+    check_dtype(op, high, "high", at::kInt);
+    check_shape(op, high, "high", {w.n, nb});
+    w.high = reinterpret_cast<const uint32_t*>(high.data_ptr<int32_t>());
+  }
+  if (mins.numel() > 0) {
+    LLMCHAT_CHECK(nibbles, op, "only the 4/5-bit kinds have mins");
+    check_cpu(op, mins, "mins");
+    check_contiguous(op, mins, "mins");
+    check_dtype(op, mins, "mins", at::kFloat);
+    check_shape(op, mins, "mins", {w.n, nb});
+    w.mins = mins.data_ptr<float>();
+  }
+  return w;
+}
+
+}  // namespace llmchat::binding
