@@ -50,6 +50,18 @@ class QuantWeight:
         return (self.values, self.high if self.high is not None else _EMPTY_I32, self.scales,
                 self.mins if self.mins is not None else _EMPTY_F32)
 
+    def present(self) -> list[torch.Tensor]:
+        """The tensors this weight has (values, scales, then mins and high bits where present)."""
+        return [t for t in (self.values, self.scales, self.mins, self.high) if t is not None]
+
+    def with_tensors(self, tensors: list[torch.Tensor]) -> QuantWeight:
+        """The same weight on other copies of `present()`, in that order."""
+        it = iter(tensors)
+        values, scales = next(it), next(it)
+        mins = next(it) if self.mins is not None else None
+        high = next(it) if self.high is not None else None
+        return QuantWeight(self.kind, values, scales, mins, high, self.source)
+
     def rows(self, index: torch.Tensor | slice) -> QuantWeight:
         """The weight of rows `index` (a slice or a permutation): rows are independent blocks, so exact."""
         pick = (lambda t: None if t is None else t[index].contiguous())

@@ -126,9 +126,13 @@ class Linear(nn.Module):
         if "weight" in self._parameters:
             del self.weight
             self.register_parameter("weight", None)
-        runs = self.quantized_runs()
+        self.__dict__["_quant_op"] = torch.ops.llmchat.quant_linear if kernels is not None else None
+        self._set_runs(self.quantized_runs())
+
+    def _set_runs(self, runs: list[tuple[int, QuantWeight]]) -> None:
+        """The op calls of these runs; `quantized` becomes per-slice views of them (no second copy)."""
         self.quantized = {}
-        for i, size in enumerate(self.output_sizes):   # keep per-slice views for callers (rows of the runs)
+        for i, size in enumerate(self.output_sizes):
             for start, w in runs:
                 if start <= self.slice_offsets[i] < start + w.n:
                     lo = self.slice_offsets[i] - start
@@ -138,8 +142,15 @@ class Linear(nn.Module):
         for start, w in runs:
             b = None if bias is None else bias.detach()[start:start + w.n].contiguous()
             calls.append((start, w.n, w, b, (*w.tensors(), KINDS[w.kind])))
-        self.__dict__.update(_quant_calls=calls, _small_max=-1, _small_op=None, _w=None, _b=bias, _is_packed=False,
-                             _quant_op=torch.ops.llmchat.quant_linear if kernels is not None else None)
+        self.__dict__.update(_quant_calls=calls, _small_max=-1, _small_op=None, _w=None, _b=bias, _is_packed=False)
+
+    def quantized_run_weights(self) -> list[QuantWeight]:
+        return [w for _, _, w, _, _ in self.__dict__.get("_quant_calls", [])]
+
+    def replace_run_weights(self, weights: list[QuantWeight]) -> None:
+        """The same runs on moved copies of their weights (e.g. into huge pages)."""
+        starts = [start for start, _, _, _, _ in self._quant_calls]
+        self._set_runs(list(zip(starts, weights)))
 
     def _forward_quantized(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])

@@ -190,6 +190,7 @@ class CausalLM(nn.Module):
             elif isinstance(module, RMSNorm):
                 module.finalize()
         self._panels_in_huge_pages()
+        self._quantized_in_huge_pages()
         if progress is not None:
             progress(2 * prepared)
         for module in self.modules():
@@ -200,6 +201,25 @@ class CausalLM(nn.Module):
         self.__dict__.update(_layers=[layer.forward for layer in self.model.layers], _embed=embed,
                              _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward,
                              _stack=DecoderStack.build(self, list(self.model.layers), self._kernels))
+
+    def _quantized_in_huge_pages(self) -> None:
+        """Quantized weights streamed every decode step move into huge pages too (as the panels below); a
+        weight shared by two users (a tied table and head) moves once."""
+        layers = [m for m in self.modules() if isinstance(m, Linear) and m.is_quantized]
+        table = self.quantized_embedding
+        unique = {}
+        for w in [w for m in layers for w in m.quantized_run_weights()] + ([table] if table is not None else []):
+            unique.setdefault(id(w), w)
+        if not unique:
+            return
+        flat = [t for w in unique.values() for t in w.present()]
+        moved_flat, moved = iter(pack_into_huge_pages(flat)), {}
+        for key, w in unique.items():
+            moved[key] = w.with_tensors([next(moved_flat) for _ in w.present()])
+        for m in layers:
+            m.replace_run_weights([moved[id(w)] for w in m.quantized_run_weights()])
+        if table is not None:
+            self.__dict__["quantized_embedding"] = moved[id(table)]
 
     def _panels_in_huge_pages(self) -> None:
         """Every projection's bf16 panels (the only copy of those weights) moved into one buffer backed by
