@@ -26,6 +26,7 @@ class LoadedModel:
     last_used: float = field(default_factory=time.monotonic)
     active_requests: int = 0
     adapters: set = field(default_factory=set)     # LoRA names loaded into this engine
+    weights: str = ""                    # how the weights run: a GGUF quant (Q4_K_M), "q4_k at load", or ""
 
     @property
     def total_bytes(self) -> int:
@@ -46,6 +47,15 @@ def weights_size(path: Path) -> int:
         gguf = Path(json.loads(pointer.read_text()).get("file", ""))
         return gguf.stat().st_size if gguf.is_file() else 0
     return sum(p.stat().st_size for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf"))
+
+
+def weights_label(path: Path, engine_kwargs: dict) -> str:
+    """What the engine panel says about a model's weights: its GGUF quant, or the quantization done at load."""
+    pointer = path / "gguf.json"
+    if pointer.exists():
+        return str(json.loads(pointer.read_text()).get("quant") or "GGUF")
+    quantize = engine_kwargs.get("quantize")
+    return f"{quantize} at load" if quantize else ""
 
 
 def read_generation_defaults(path: Path) -> dict:
@@ -128,7 +138,8 @@ class EngineManager:
         finally:
             self.load_fraction.pop(key, None)
         model = LoadedModel(name=name, path=path, engine=engine, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
-                            generation_defaults=read_generation_defaults(path))
+                            generation_defaults=read_generation_defaults(path),
+                            weights=weights_label(path, self.engine_kwargs))
         self.loaded[str(path)] = model
         return model
 
@@ -153,4 +164,5 @@ class EngineManager:
 
     def metrics(self) -> list[tuple[str, Any]]:
         """(model name, MetricsSnapshot) for every loaded model."""
-        return [(Path(m.name).name, m.engine.metrics()) for m in self.loaded.values()]
+        return [(Path(m.name).name + (f" · {m.weights}" if m.weights else ""), m.engine.metrics())
+                for m in self.loaded.values()]
