@@ -26,7 +26,7 @@ using qdot::QAcc;
 using qdot::QPair;
 using qdot::QVec;
 
-constexpr int kRows = 4;     // weight rows per register tile
+constexpr int kRows = qdot::kRows;   // weight rows per register tile
 constexpr int kGroup = 16;   // weight rows per task step (unpacked together for large M)
 constexpr int kTok = qdot::kTokens;
 
@@ -76,27 +76,37 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
   if constexpr (paired(KIND)) {
     for (int64_t b = 0; b < nb; b += 2) {
       const bool single = b + 1 == nb;
+      qdot::QActs av[T];
+      qdot::QScale dv[T];
+      for (int t = 0; t < T; ++t) {
+        av[t] = qdot::load_pair_acts(x.q + (m0 + t) * x.row + 32 * b);
+        dv[t] = qdot::pair_scale(x.d + (m0 + t) * x.blocks + b);   // padded: d = 0 past the last block
+      }
       for (int r = 0; r < R; ++r) {
         const QPair wv = src(n0 + r, b);
         const float* sc = w.scales + (n0 + r) * nb + b;
         const float s2[2] = {sc[0], single ? 0.f : sc[1]};
-        for (int t = 0; t < T; ++t)
-          acc[r][t] = qdot::fma_pair_u8(acc[r][t], wv, x.q + (m0 + t) * x.row + 32 * b, s2, x.d + (m0 + t) * x.blocks + b);
+        const qdot::QScale sv = qdot::pair_scale(s2);
+        for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_pair_u8(acc[r][t], wv, av[t], qdot::qmul(sv, dv[t]));
       }
     }
   } else {
     for (int64_t b = 0; b < nb; ++b) {
       QVec av[T];
-      float d[T];
-      for (int t = 0; t < T; ++t) av[t] = qdot::load32(x.q + (m0 + t) * x.row + 32 * b), d[t] = x.d[(m0 + t) * x.blocks + b];
+      qdot::QScale dv[T];
+      for (int t = 0; t < T; ++t) {
+        av[t] = qdot::load32(x.q + (m0 + t) * x.row + 32 * b);
+        dv[t] = qdot::block_scale(x.d[(m0 + t) * x.blocks + b]);
+      }
       for (int r = 0; r < R; ++r) {
         const QVec wv = qdot::load32(static_cast<const int8_t*>(w.values) + (n0 + r) * w.k + 32 * b);
         if constexpr (KIND == QuantKind::Q8Halves) {
-          const float lo = w.scales[(n0 + r) * 2 * nb + 2 * b], hi = w.scales[(n0 + r) * 2 * nb + 2 * b + 1];
-          for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8_halves(acc[r][t], wv, av[t], lo * d[t], hi * d[t]);
+          const float* sc = w.scales + (n0 + r) * 2 * nb + 2 * b;
+          const qdot::QScale sv = qdot::halves_scale(sc[0], sc[1]);
+          for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8_halves(acc[r][t], wv, av[t], qdot::qmul(sv, dv[t]));
         } else {
-          const float s = w.scales[(n0 + r) * nb + b];
-          for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8(acc[r][t], wv, av[t], s * d[t]);
+          const qdot::QScale sv = qdot::block_scale(w.scales[(n0 + r) * nb + b]);
+          for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8(acc[r][t], wv, av[t], qdot::qmul(sv, dv[t]));
         }
       }
     }
@@ -118,8 +128,11 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
 template <QuantKind KIND, int R, class Src>
 void tile_tokens(int tokens, const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0,
                  float (*res)[kTok]) {
+  static_assert(kTok >= 1 && kTok <= 4, "token tiles of 1 to 4");
   if constexpr (kTok >= 4) {
     if (tokens == 4) return tile<KIND, R, 4>(w, src, n0, x, m0, res);
+  }
+  if constexpr (kTok >= 3) {
     if (tokens == 3) return tile<KIND, R, 3>(w, src, n0, x, m0, res);
   }
   if constexpr (kTok >= 2) {
@@ -131,12 +144,17 @@ void tile_tokens(int tokens, const QuantWeightView& w, const Src& src, int64_t n
 template <QuantKind KIND, class Src>
 void tile_any(int rows, int tokens, const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0,
               float (*res)[kTok]) {
-  switch (rows) {
-    case 4: return tile_tokens<KIND, 4>(tokens, w, src, n0, x, m0, res);
-    case 3: return tile_tokens<KIND, 3>(tokens, w, src, n0, x, m0, res);
-    case 2: return tile_tokens<KIND, 2>(tokens, w, src, n0, x, m0, res);
-    default: return tile_tokens<KIND, 1>(tokens, w, src, n0, x, m0, res);
+  static_assert(kRows >= 1 && kRows <= 4, "row tiles of 1 to 4");
+  if constexpr (kRows >= 4) {
+    if (rows == 4) return tile_tokens<KIND, 4>(tokens, w, src, n0, x, m0, res);
   }
+  if constexpr (kRows >= 3) {
+    if (rows == 3) return tile_tokens<KIND, 3>(tokens, w, src, n0, x, m0, res);
+  }
+  if constexpr (kRows >= 2) {
+    if (rows == 2) return tile_tokens<KIND, 2>(tokens, w, src, n0, x, m0, res);
+  }
+  tile_tokens<KIND, 1>(tokens, w, src, n0, x, m0, res);
 }
 
 template <typename T>

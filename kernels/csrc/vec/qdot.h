@@ -2,13 +2,17 @@
 //   QVec  32 int8 lanes: one block of 32 weights (u8 0..31 for the 4/5-bit kinds, s8 for the 8-bit kinds) or
 //         of 32 quantized activations (s8, -127..127)
 //   QAcc  float partial sums of one output; lanes add up in a fixed order in qsum()
-//   load32 / store32; fma_s8: acc += dot(w, a) * s, the integer dot exact in int32; fma_s8_halves: elements
-//   0..15 scaled by lo and 16..31 by hi (Q6_K's 16-element sub-blocks)
+//   QScale per-lane float factors; block_scale(s), halves_scale(lo, hi), pair_scale(s[2]), qmul (weight scale
+//         times activation scale, lane by lane: the same product a scalar multiply gives)
+//   load32 / store32; fma_s8: acc += dot(w, a) * scale, integer partial dots exact in int32; fma_s8_halves:
+//   elements 0..15 scaled by scale.lo and 16..31 by scale.hi (Q6_K's 16-element sub-blocks)
 //   QPair  the 4/5-bit kinds go two blocks b, b+1 at a time, 64 u8 weights in "pair order": positions 0..15 =
 //         block b elements 0..15, 16..31 = block b+1 elements 0..15, 32..47 = b 16..31, 48..63 = b+1 16..31,
 //         which is what one 32-byte load of two blocks' nibbles splits into. Activations are laid out alike.
 //   load_q4_pair / load_q5_pair (+ bit planes) / load_q4_single / load_q5_single (block b alone, b+1 zero),
-//   load_pair / store_pair (64 unpacked bytes); fma_pair_u8: acc += dot_b * s[0] * d[0] + dot_b+1 * s[1] * d[1]
+//   load_pair / store_pair (64 unpacked bytes); load_pair_acts; fma_pair_u8: acc += dot_b * scale of b +
+//   dot_b+1 * scale of b + 1
+// kRows x kTokens: the register tile of weight rows and tokens each path computes at once.
 // Every output runs the same sequence of these calls whatever M or the thread split, so a row's result does
 // not depend on what else is in the batch.
 #pragma once

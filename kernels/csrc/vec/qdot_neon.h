@@ -12,10 +12,17 @@ inline constexpr const char* kIsa = "neon+dotprod";
 #else
 inline constexpr const char* kIsa = "neon";
 #endif
-inline constexpr int kTokens = 4;  // 32 vector registers: 4 rows x 4 tokens of accumulators
+inline constexpr int kRows = 4, kTokens = 4;  // 32 vector registers: 4 rows x 4 tokens of accumulators
 
 struct QVec { int8x16_t lo, hi; };
 struct QAcc { float32x4_t v; };
+struct QScale { float32x4_t lo, hi; };  // the factor of the first block (or half), and of the second
+struct QActs { int8x16_t a0, a1, a2, a3; };  // a pair of activation blocks in pair order
+
+inline QScale block_scale(float s) { return {vdupq_n_f32(s), vdupq_n_f32(s)}; }
+inline QScale halves_scale(float lo, float hi) { return {vdupq_n_f32(lo), vdupq_n_f32(hi)}; }
+inline QScale pair_scale(const float* s) { return {vdupq_n_f32(s[0]), vdupq_n_f32(s[1])}; }
+inline QScale qmul(QScale a, QScale b) { return {vmulq_f32(a.lo, b.lo), vmulq_f32(a.hi, b.hi)}; }
 
 inline QAcc qzero() { return {vdupq_n_f32(0.f)}; }
 inline float qsum(QAcc a) {
@@ -70,19 +77,20 @@ inline int32x4_t idot16(int8x16_t w, int8x16_t a) {
   return vpaddlq_s16(p);
 #endif
 }
-inline QAcc fma_s8(QAcc acc, const QVec& w, const QVec& a, float s) {
+inline QAcc fma_s8(QAcc acc, const QVec& w, const QVec& a, QScale sd) {
   const int32x4_t i = vaddq_s32(idot16(w.lo, a.lo), idot16(w.hi, a.hi));
-  return {vfmaq_n_f32(acc.v, vcvtq_f32_s32(i), s)};
+  return {vfmaq_f32(acc.v, vcvtq_f32_s32(i), sd.lo)};
 }
-inline QAcc fma_pair_u8(QAcc acc, const QPair& w, const int8_t* a, const float* s, const float* d) {
-  const int32x4_t i0 = vaddq_s32(idot16(w.x.lo, vld1q_s8(a)), idot16(w.x.hi, vld1q_s8(a + 32)));
-  const int32x4_t i1 = vaddq_s32(idot16(w.y.lo, vld1q_s8(a + 16)), idot16(w.y.hi, vld1q_s8(a + 48)));
-  const float32x4_t v = vfmaq_n_f32(acc.v, vcvtq_f32_s32(i0), s[0] * d[0]);
-  return {vfmaq_n_f32(v, vcvtq_f32_s32(i1), s[1] * d[1])};
+inline QActs load_pair_acts(const int8_t* a) { return {vld1q_s8(a), vld1q_s8(a + 16), vld1q_s8(a + 32), vld1q_s8(a + 48)}; }
+inline QAcc fma_pair_u8(QAcc acc, const QPair& w, const QActs& a, QScale sd) {
+  const int32x4_t i0 = vaddq_s32(idot16(w.x.lo, a.a0), idot16(w.x.hi, a.a2));
+  const int32x4_t i1 = vaddq_s32(idot16(w.y.lo, a.a1), idot16(w.y.hi, a.a3));
+  const float32x4_t v = vfmaq_f32(acc.v, vcvtq_f32_s32(i0), sd.lo);
+  return {vfmaq_f32(v, vcvtq_f32_s32(i1), sd.hi)};
 }
-inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, float lo, float hi) {
-  const float32x4_t v = vfmaq_n_f32(acc.v, vcvtq_f32_s32(idot16(w.lo, a.lo)), lo);
-  return {vfmaq_n_f32(v, vcvtq_f32_s32(idot16(w.hi, a.hi)), hi)};
+inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, QScale sd) {
+  const float32x4_t v = vfmaq_f32(acc.v, vcvtq_f32_s32(idot16(w.lo, a.lo)), sd.lo);
+  return {vfmaq_f32(v, vcvtq_f32_s32(idot16(w.hi, a.hi)), sd.hi)};
 }
 
 }  // namespace llmchat::qdot

@@ -6,10 +6,17 @@
 namespace llmchat::qdot {
 
 inline constexpr const char* kIsa = "scalar";
-inline constexpr int kTokens = 1;  // tokens per register tile
+inline constexpr int kRows = 4, kTokens = 1;  // tokens per register tile
 
 struct QVec { int8_t v[32]; };
 struct QAcc { float v; };
+struct QScale { float lo, hi; };  // the factor of the first block (or half), and of the second
+struct QActs { const int8_t* a; };  // a pair of activation blocks in pair order
+
+inline QScale block_scale(float s) { return {s, s}; }
+inline QScale halves_scale(float lo, float hi) { return {lo, hi}; }
+inline QScale pair_scale(const float* s) { return {s[0], s[1]}; }
+inline QScale qmul(QScale a, QScale b) { return {a.lo * b.lo, a.hi * b.hi}; }
 
 inline QAcc qzero() { return {0.f}; }
 inline float qsum(QAcc a) { return a.v; }
@@ -51,18 +58,20 @@ inline int32_t idot(const QVec& w, const QVec& a, int from, int to) {
   for (int j = from; j < to; ++j) s += int32_t(w.v[j]) * int32_t(a.v[j]);
   return s;
 }
-inline QAcc fma_pair_u8(QAcc acc, const QPair& w, const int8_t* a, const float* s, const float* d) {
+inline QActs load_pair_acts(const int8_t* a) { return {a}; }
+inline QAcc fma_pair_u8(QAcc acc, const QPair& w, const QActs& acts, QScale sd) {
+  const int8_t* a = acts.a;
   int32_t i0 = 0, i1 = 0;
   for (int j = 0; j < 16; ++j) {
     i0 += int32_t(w.v[j]) * a[j] + int32_t(w.v[32 + j]) * a[32 + j];
     i1 += int32_t(w.v[16 + j]) * a[16 + j] + int32_t(w.v[48 + j]) * a[48 + j];
   }
-  const float p0 = float(i0) * (s[0] * d[0]), p1 = float(i1) * (s[1] * d[1]);
+  const float p0 = float(i0) * sd.lo, p1 = float(i1) * sd.hi;
   return {acc.v + p0 + p1};
 }
-inline QAcc fma_s8(QAcc acc, const QVec& w, const QVec& a, float s) { return {acc.v + float(idot(w, a, 0, 32)) * s}; }
-inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, float lo, float hi) {
-  const float l = float(idot(w, a, 0, 16)) * lo, h = float(idot(w, a, 16, 32)) * hi;
+inline QAcc fma_s8(QAcc acc, const QVec& w, const QVec& a, QScale sd) { return {acc.v + float(idot(w, a, 0, 32)) * sd.lo}; }
+inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, QScale sd) {
+  const float l = float(idot(w, a, 0, 16)) * sd.lo, h = float(idot(w, a, 16, 32)) * sd.hi;
   return {acc.v + l + h};
 }
 
