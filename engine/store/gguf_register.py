@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,13 @@ from .types import DownloadProgress, StoreError, UnsupportedModelError
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                  "qwen3": "Qwen3ForCausalLM"}
 POINTER = "gguf.json"
+QUANT_SUFFIX = re.compile(r"[._-](?:[iu]?q\d\w*|bf16|f16|f32|fp16)$", re.IGNORECASE)
+
+
+def base_name(stem: str) -> str:
+    """The model a quant file was made from, by llama.cpp's naming: "SmolLM2-135M-Instruct-Q4_K_M" ->
+    "SmolLM2-135M-Instruct" (so LoRA adapters trained on the original recognise their base)."""
+    return QUANT_SUFFIX.sub("", stem) or stem
 
 
 def quant_label(reader) -> str:
@@ -33,7 +41,7 @@ def quant_label(reader) -> str:
     return max(types, key=types.get) if types else "F32"
 
 
-def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, reader) -> None:
+def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, reader, stem: str) -> None:
     """config.json, tokenizer files and generation_config.json from the GGUF metadata, into `out`."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -44,6 +52,9 @@ def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, rea
         del config.quantization_config
     config.dtype = "bfloat16" if dtype == "auto" else dtype   # activations and KV cache; weights stay quantized
     config.save_pretrained(out)
+    written = json.loads((out / "config.json").read_text())
+    written["_name_or_path"] = base_name(stem)
+    (out / "config.json").write_text(json.dumps(written, indent=2))
     from llmchat.engine.model_loader import _target, read_config
     from llmchat.engine.quant.gguf_model import check_shapes
     check_shapes(reader, read_config(out), path, _target)
@@ -94,7 +105,7 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        _metadata_files(path, tmp, dtype, head_dim, reader)
+        _metadata_files(path, tmp, dtype, head_dim, reader, stem)
         (tmp / POINTER).write_text(json.dumps({"file": str(path), "size": stat.st_size, "quant": quant,
                                                "num_params": num_params}, indent=2))
         shutil.rmtree(out, ignore_errors=True)

@@ -37,8 +37,9 @@ def test_lora_adapters_batched_on_a_gguf_base(store, tiny_gguf, tiny_source, tmp
     path = str(model.path)
     adapters = {name: make_adapter(tiny_source("qwen2"), tmp_path / name, seed=seed)
                 for name, seed in (("a", 1), ("b", 2))}
-    for folder in adapters.values():   # trained on the fp32 original, served on its GGUF
-        edit_config(folder, base_model_name_or_path=model.name)
+    for folder in adapters.values():   # trained on the original (a Hub repo), served on its GGUF quant
+        edit_config(folder, base_model_name_or_path="some-org/tiny-qwen2")
+    assert model.name == "tiny-qwen2-q8_0"
     llm = LLM(path, dtype="float32", kv_cache_gb=0.02)
     for name, folder in adapters.items():
         llm.load_adapter(name, folder)

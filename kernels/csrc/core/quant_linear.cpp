@@ -27,6 +27,10 @@ using qdot::QPair;
 using qdot::QVec;
 
 constexpr int kRows = qdot::kRows;   // weight rows per register tile
+// A step of one token (a single decode) has no tokens to share a weight block with, so its tile takes more
+// rows to share each activation block instead. Tiles only group outputs: each output's operations stay the same.
+constexpr int kRowsAlone = 4;
+constexpr int kMaxRows = kRows > kRowsAlone ? kRows : kRowsAlone;
 constexpr int kGroup = 16;   // weight rows per task step (unpacked together for large M)
 constexpr int kTok = qdot::kTokens;
 
@@ -66,7 +70,7 @@ struct Unpacked {
   QPair operator()(int64_t row, int64_t b) const { return qdot::load_pair(base + (row - first) * row_bytes + 32 * b); }
 };
 
-// res[r][t] = out[m0 + t, n0 + r] before bias, for R <= kRows rows and T <= kTok tokens.
+// res[r][t] = out[m0 + t, n0 + r] before bias, for R <= kMaxRows rows and T <= kTok tokens.
 template <QuantKind KIND, int R, int T, class Src>
 void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0, float (*res)[kTok]) {
   const int64_t nb = w.k / 32;
@@ -74,8 +78,8 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = qdot::qzero();
   if constexpr (paired(KIND)) {
-    for (int64_t b = 0; b < nb; b += 2) {
-      const bool single = b + 1 == nb;
+    // An odd last block goes as a pair with an empty second block (zero weights, scale and activations).
+    auto pair = [&](int64_t b, bool single) {
       qdot::QActs av[T];
       qdot::QScale dv[T];
       for (int t = 0; t < T; ++t) {
@@ -85,11 +89,14 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
       for (int r = 0; r < R; ++r) {
         const QPair wv = src(n0 + r, b);
         const float* sc = w.scales + (n0 + r) * nb + b;
-        const float s2[2] = {sc[0], single ? 0.f : sc[1]};
-        const qdot::QScale sv = qdot::pair_scale(s2);
+        const float last[2] = {sc[0], 0.f};
+        const qdot::QScale sv = qdot::pair_scale(single ? last : sc);
         for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_pair_u8(acc[r][t], wv, av[t], qdot::qmul(sv, dv[t]));
       }
-    }
+    };
+    const int64_t whole = nb - nb % 2;
+    for (int64_t b = 0; b < whole; b += 2) pair(b, false);
+    if (nb % 2) pair(whole, true);
   } else {
     for (int64_t b = 0; b < nb; ++b) {
       QVec av[T];
@@ -114,13 +121,8 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) {
       float v = qdot::qsum(acc[r][t]);
-      if (w.mins != nullptr) {  // the mins meet the activation block sums, in block order
-        const float* mn = w.mins + (n0 + r) * nb;
-        const float* ds = x.dsum + (m0 + t) * x.blocks;
-        float s = 0.f;
-        for (int64_t b = 0; b < nb; ++b) s = s + mn[b] * ds[b];
-        v = v + s;
-      }
+      if (w.mins != nullptr)  // the mins meet the activation block sums
+        v = v + qdot::dot_f32(w.mins + (n0 + r) * nb, x.dsum + (m0 + t) * x.blocks, nb);
       res[r][t] = v;
     }
 }
@@ -144,14 +146,14 @@ void tile_tokens(int tokens, const QuantWeightView& w, const Src& src, int64_t n
 template <QuantKind KIND, class Src>
 void tile_any(int rows, int tokens, const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0,
               float (*res)[kTok]) {
-  static_assert(kRows >= 1 && kRows <= 4, "row tiles of 1 to 4");
-  if constexpr (kRows >= 4) {
+  static_assert(kMaxRows >= 1 && kMaxRows <= 4, "row tiles of 1 to 4");
+  if constexpr (kMaxRows >= 4) {
     if (rows == 4) return tile_tokens<KIND, 4>(tokens, w, src, n0, x, m0, res);
   }
-  if constexpr (kRows >= 3) {
+  if constexpr (kMaxRows >= 3) {
     if (rows == 3) return tile_tokens<KIND, 3>(tokens, w, src, n0, x, m0, res);
   }
-  if constexpr (kRows >= 2) {
+  if constexpr (kMaxRows >= 2) {
     if (rows == 2) return tile_tokens<KIND, 2>(tokens, w, src, n0, x, m0, res);
   }
   tile_tokens<KIND, 1>(tokens, w, src, n0, x, m0, res);
@@ -171,11 +173,12 @@ void store_tile(const QuantLinearArgs& a, int rows, int tokens, int64_t n0, int6
 
 template <QuantKind KIND, class Src>
 void group_tiles(const QuantLinearArgs& a, const Src& src, int64_t n0, int64_t rows, const Acts& x) {
-  float res[kRows][kTok];
+  float res[kMaxRows][kTok];
+  const int64_t tile_rows = a.m == 1 ? kRowsAlone : kRows;
   for (int64_t m0 = 0; m0 < a.m; m0 += kTok) {
     const int tokens = int(std::min<int64_t>(kTok, a.m - m0));
-    for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-      const int r = int(std::min<int64_t>(kRows, rows - r0));
+    for (int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
+      const int r = int(std::min<int64_t>(tile_rows, rows - r0));
       tile_any<KIND>(r, tokens, a.w, src, n0 + r0, x, m0, res);
       dispatch_dtype(a.dtype, [&](auto tag) { store_tile<decltype(tag)>(a, r, tokens, n0 + r0, m0, res); });
     }

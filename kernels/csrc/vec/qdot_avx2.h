@@ -21,7 +21,8 @@ struct QActs { __m256i a0, a1; };  // a pair of activation blocks in pair order
 inline QScale block_scale(float s) { return {_mm256_set1_ps(s)}; }
 inline QScale halves_scale(float lo, float hi) { return {_mm256_set_m128(_mm_set1_ps(hi), _mm_set1_ps(lo))}; }
 inline QScale pair_scale(const float* s) {  // s[0] for block b, s[1] for block b + 1
-  const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s)));
+  // __m128i loads may alias any type (a double* load of floats would break strict aliasing)
+  const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)));
   return {_mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1))};
 }
 inline QScale qmul(QScale a, QScale b) { return {_mm256_mul_ps(a.v, b.v)}; }
@@ -87,5 +88,15 @@ inline QAcc fma_s8(QAcc acc, const QVec& w, const QVec& a, QScale sd) {
   return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(idot_s8(w.v, a.v)), sd.v, acc.v)};
 }
 inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, QScale sd) { return fma_s8(acc, w, a, sd); }
+
+// sum_i a[i] * b[i] in a fixed order: 8 lanes over i, then lane sum, then the tail.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = qsum({acc});
+  for (; i < n; ++i) s = s + a[i] * b[i];
+  return s;
+}
 
 }  // namespace llmchat::qdot

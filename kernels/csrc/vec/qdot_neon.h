@@ -93,4 +93,14 @@ inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, QScale sd) {
   return {vfmaq_f32(v, vcvtq_f32_s32(idot16(w.hi, a.hi)), sd.hi)};
 }
 
+// sum_i a[i] * b[i] in a fixed order: 4 lanes over i, then lane sum, then the tail.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  float32x4_t acc = vdupq_n_f32(0.f);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) acc = vfmaq_f32(acc, vld1q_f32(a + i), vld1q_f32(b + i));
+  float s = qsum({acc});
+  for (; i < n; ++i) s = s + a[i] * b[i];
+  return s;
+}
+
 }  // namespace llmchat::qdot

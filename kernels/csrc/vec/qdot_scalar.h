@@ -75,4 +75,11 @@ inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, QScale sd) {
   return {acc.v + l + h};
 }
 
+// sum_i a[i] * b[i] in order.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = 0; i < n; ++i) s = s + a[i] * b[i];
+  return s;
+}
+
 }  // namespace llmchat::qdot
