@@ -6,6 +6,8 @@ A `QuantWeight` is the kernels' layout of one [N, K] weight in blocks of 32 (see
     "q4"  nibbles [N, K/2] (block b: 16 bytes, low nibble = element j, high = j + 16), scales and mins
           [N, K/32]: w = scale * q + min                            (Q4_0, Q4_1, Q4_K)
     "q5"  as q4 plus high bits [N, K/32] int32 (bit j = bit 4 of element j)  (Q5_0, Q5_1, Q5_K)
+Scales and mins are float32, or float16 where the GGUF file's are (Q8_0, Q4_0/1, Q5_0/1 keep their bytes);
+`min_offset` (Q4_0: -8, Q5_0: -16) stands for min = min_offset * scale without storing mins.
 Activations are quantized per call to int8 in blocks of 32 (d = max|x| / 127, q = round-half-even(x / d)).
 `reference_linear` is the same math in torch (the oracle of the op); `dequantize` gives the weight as floats,
 exactly as the gguf package dequantizes the file it came from.
@@ -32,6 +34,7 @@ class QuantWeight:
     mins: torch.Tensor | None = None
     high: torch.Tensor | None = None
     source: str = ""          # the GGUF type it came from, e.g. "Q4_K"
+    min_offset: int = 0       # without mins: min = min_offset * scale
 
     @property
     def n(self) -> int:
@@ -60,24 +63,34 @@ class QuantWeight:
         values, scales = next(it), next(it)
         mins = next(it) if self.mins is not None else None
         high = next(it) if self.high is not None else None
-        return QuantWeight(self.kind, values, scales, mins, high, self.source)
+        return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset)
+
+    def effective_mins(self) -> torch.Tensor | None:
+        """fp32 mins [N, K/32]: stored ones, or min_offset * scale, or None."""
+        if self.mins is not None:
+            return self.mins.float()
+        return self.min_offset * self.scales.float() if self.min_offset else None
 
     def rows(self, index: torch.Tensor | slice) -> QuantWeight:
         """The weight of rows `index` (a slice or a permutation): rows are independent blocks, so exact."""
         pick = (lambda t: None if t is None else t[index].contiguous())
         return QuantWeight(self.kind, pick(self.values), pick(self.scales), pick(self.mins), pick(self.high),
-                           self.source)
+                           self.source, self.min_offset)
 
     @staticmethod
     def cat(parts: list[QuantWeight]) -> QuantWeight:
         """Row-wise concatenation of weights of one kind (fused projections)."""
-        kinds = {p.kind for p in parts}
-        if len(kinds) != 1 or len({p.mins is None for p in parts}) != 1:
-            raise ValueError(f"cannot concatenate quantized weights of kinds {sorted(kinds)}")
+        if len({p.layout for p in parts}) != 1:
+            raise ValueError(f"cannot concatenate quantized weights of layouts {sorted({p.layout for p in parts})}")
         join = (lambda ts: None if ts[0] is None else torch.cat(ts))
         return QuantWeight(parts[0].kind, join([p.values for p in parts]), join([p.scales for p in parts]),
                            join([p.mins for p in parts]), join([p.high for p in parts]),
-                           "+".join(sorted({p.source for p in parts})))
+                           "+".join(sorted({p.source for p in parts})), parts[0].min_offset)
+
+    @property
+    def layout(self) -> tuple:
+        """What must agree for two weights to run as one op call."""
+        return self.kind, self.mins is None, self.scales.dtype, self.min_offset
 
     def integers(self) -> torch.Tensor:
         """The quantized values as int32 [N, K] (u 0..31 for q4/q5, signed for q8/q8h)."""
@@ -93,9 +106,10 @@ class QuantWeight:
     def dequantize(self) -> torch.Tensor:
         """fp32 [N, K]: scale * q (+ min), rounded as the gguf package does (never a fused multiply-add)."""
         q = self.integers().float().view(self.n, -1, 16 if self.kind == "q8h" else BLOCK)
-        w = q * self.scales.unsqueeze(-1)
-        if self.mins is not None:
-            w = w.view(self.n, -1, BLOCK) + self.mins.unsqueeze(-1)
+        w = q * self.scales.float().unsqueeze(-1)
+        mins = self.effective_mins()
+        if mins is not None:
+            w = w.view(self.n, -1, BLOCK) + mins.unsqueeze(-1)
         return w.reshape(self.n, self.k)
 
 
@@ -114,14 +128,16 @@ def reference_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None 
     m, nb = q.shape[0], w.k // BLOCK
     qa = q.view(m, nb, BLOCK).double()
     qw = w.integers().view(w.n, nb, BLOCK).double()
+    scales = w.scales.double()
     if w.kind == "q8h":  # two 16-element halves, each with its own scale
         isum = torch.einsum("mbhj,nbhj->mnbh", qa.view(m, nb, 2, 16), qw.view(w.n, nb, 2, 16))
-        out = (isum * w.scales.double().view(1, w.n, nb, 2) * d.double().view(m, 1, nb, 1)).sum((-1, -2))
+        out = (isum * scales.view(1, w.n, nb, 2) * d.double().view(m, 1, nb, 1)).sum((-1, -2))
     else:
         isum = torch.einsum("mbj,nbj->mnb", qa, qw)
-        out = (isum * w.scales.double().unsqueeze(0) * d.double().unsqueeze(1)).sum(-1)
-    if w.mins is not None:
-        out = out + dsum.double() @ w.mins.double().T
+        out = (isum * scales.unsqueeze(0) * d.double().unsqueeze(1)).sum(-1)
+    mins = w.effective_mins()
+    if mins is not None:
+        out = out + dsum.double() @ mins.double().T
     if bias is not None:
         out = out + bias.double()
     return out.to(x.dtype)
@@ -135,7 +151,7 @@ def quant_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = No
     if out is None:
         out = torch.empty(x.shape[0], w.n, dtype=x.dtype)
     values, high, scales, mins = w.tensors()
-    torch.ops.llmchat.quant_linear(x, values, high, scales, mins, KINDS[w.kind], bias, out)
+    torch.ops.llmchat.quant_linear(x, values, high, scales, mins, KINDS[w.kind], w.min_offset, bias, out)
     return out
 
 
@@ -144,7 +160,7 @@ def quant_rows(w: QuantWeight, ids: torch.Tensor, dtype: torch.dtype) -> torch.T
     require()
     out = torch.empty(ids.shape[0], w.k, dtype=dtype)
     values, high, scales, mins = w.tensors()
-    torch.ops.llmchat.quant_rows(ids.contiguous(), values, high, scales, mins, KINDS[w.kind], out)
+    torch.ops.llmchat.quant_rows(ids.contiguous(), values, high, scales, mins, KINDS[w.kind], w.min_offset, out)
     return out
 
 

@@ -87,7 +87,7 @@ class Linear(nn.Module):
         for i in range(len(self.output_sizes)):
             w = self.quantized[i]
             last = runs[-1][1][-1] if runs else None
-            if last is not None and last.kind == w.kind and (last.mins is None) == (w.mins is None):
+            if last is not None and last.layout == w.layout:
                 runs[-1][1].append(w)
             else:
                 runs.append((self.slice_offsets[i], [w]))
@@ -141,7 +141,7 @@ class Linear(nn.Module):
         calls = []
         for start, w in runs:
             b = None if bias is None else bias.detach()[start:start + w.n].contiguous()
-            calls.append((start, w.n, w, b, (*w.tensors(), KINDS[w.kind])))
+            calls.append((start, w.n, w, b, (*w.tensors(), KINDS[w.kind], w.min_offset)))
         self.__dict__.update(_quant_calls=calls, _small_max=-1, _small_op=None, _w=None, _b=bias, _is_packed=False)
 
     def quantized_run_weights(self) -> list[QuantWeight]:
@@ -158,10 +158,10 @@ class Linear(nn.Module):
             flat = flat.contiguous()
         out = flat.new_empty(flat.shape[0], self.out_features)
         op = self._quant_op
-        for start, n, w, bias, (values, high, scales, mins, kind) in self._quant_calls:
+        for start, n, w, bias, (values, high, scales, mins, kind, offset) in self._quant_calls:
             dest = out[:, start:start + n]
             if op is not None:
-                op(flat, values, high, scales, mins, kind, bias, dest)
+                op(flat, values, high, scales, mins, kind, offset, bias, dest)
             else:
                 dest.copy_(reference_linear(flat, w, bias))
         return out.view(*x.shape[:-1], self.out_features)

@@ -44,8 +44,8 @@ class DecoderStack:
             for p in projections:
                 calls = p.__dict__.get("_quant_calls", [])
                 self.quant_runs.append(len(calls))
-                for start, _n, _w, _bias, (values, high, scales, mins, kind) in calls:
-                    self.quant += [values, high, scales, mins, torch.tensor([start, kind], dtype=torch.int64)]
+                for start, _n, _w, _bias, (values, high, scales, mins, kind, offset) in calls:
+                    self.quant += [values, high, scales, mins, torch.tensor([start, kind, offset], dtype=torch.int64)]
             limits += [sys.maxsize if p.is_quantized else p._small_max for p in projections]
         if not self.quant:
             self.quant_runs = []

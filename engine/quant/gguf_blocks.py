@@ -2,9 +2,10 @@
 
 Each decoder mirrors the gguf package's dequantize for its type: it extracts the same integers and the same
 fp32 per-block factors, so `QuantWeight.dequantize()` gives exactly what `gguf.quants.dequantize` gives.
-Signed 4/5-bit types (Q4_0, Q5_0) become unsigned values with min = -8 d (-16 d): d * q - 8 d is exact in
-fp32, so nothing rounds differently. K-quants' 6-bit sub-block scales are folded into fp32 scales per 32
-(d * sc and dmin * m are exact products of an fp16 and a small integer).
+Signed 4/5-bit types (Q4_0, Q5_0) become unsigned values with min = -8 d (-16 d), kept as min_offset and not
+stored: d * q - 8 d is exact in fp32, so nothing rounds differently. Types whose factors are fp16 in the file
+(Q8_0, Q4_0/1, Q5_0/1) keep them in fp16, so memory is the file's size. K-quants' 6-bit sub-block scales are
+folded into fp32 scales per 32 (d * sc and dmin * m are exact products of an fp16 and a small integer).
 """
 from __future__ import annotations
 
@@ -43,14 +44,21 @@ def _high_bits(q: np.ndarray) -> np.ndarray:
     return packed.view(np.int32)
 
 
+HALF_FACTORS = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")   # fp16 scales (and mins) in the file
+MIN_OFFSET = {"Q4_0": -8, "Q5_0": -16}                  # signed types: min = offset * scale
+
+
 def _weight(kind: str, source: str, q: np.ndarray, scales: np.ndarray, mins: np.ndarray | None) -> QuantWeight:
     rows = q.shape[0]
-    t = (lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32).reshape(rows, -1)))
+    dtype = np.float16 if source in HALF_FACTORS else np.float32   # fp16 -> fp32 -> fp16 is exact
+    t = (lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32).astype(dtype).reshape(rows, -1)))
     if kind in ("q8", "q8h"):
         values = torch.from_numpy(np.ascontiguousarray(q.astype(np.int8)))
         return QuantWeight(kind, values, t(scales), None, None, source)
     high = torch.from_numpy(_high_bits(q)) if kind == "q5" else None
-    return QuantWeight(kind, torch.from_numpy(_nibble_bytes(q)), t(scales), t(mins), high, source)
+    offset = MIN_OFFSET.get(source, 0)
+    stored = None if offset else t(mins)
+    return QuantWeight(kind, torch.from_numpy(_nibble_bytes(q)), t(scales), stored, high, source, offset)
 
 
 def _q8_0(b):

@@ -8,14 +8,21 @@ from llmchat.kernels.quant import QuantWeight
 KINDS = ["q8", "q8h", "q4", "q5"]
 
 
-def random_weight(kind: str, n: int, k: int, seed: int = 0, mins: bool = True) -> QuantWeight:
+# how a weight's block factors are stored: fp32 scales and mins, fp16 ones, or fp16 scales with min = -8 scale
+FACTORS = ["f32", "f16", "offset"]
+
+
+def random_weight(kind: str, n: int, k: int, seed: int = 0, mins: bool = True, factors: str = "f32") -> QuantWeight:
     g = torch.Generator().manual_seed(seed)
     nb = k // 32
-    scales = torch.rand(n, 2 * nb if kind == "q8h" else nb, generator=g) * 0.02 + 1e-4
+    dtype = torch.float32 if factors == "f32" else torch.float16
+    scales = (torch.rand(n, 2 * nb if kind == "q8h" else nb, generator=g) * 0.02 + 1e-4).to(dtype)
     if kind in ("q8", "q8h"):
         values = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
         return QuantWeight(kind, values, scales, source=kind)
     values = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.int32).to(torch.uint8)
     high = torch.randint(-2**31, 2**31, (n, nb), generator=g, dtype=torch.int64).to(torch.int32) if kind == "q5" else None
-    lows = -(torch.rand(n, nb, generator=g) * 0.1) if mins else None
+    if factors == "offset":
+        return QuantWeight(kind, values, scales, None, high, source=kind, min_offset=-8 if mins else 0)
+    lows = (-(torch.rand(n, nb, generator=g) * 0.1)).to(dtype) if mins else None
     return QuantWeight(kind, values, scales, lows, high, source=kind)

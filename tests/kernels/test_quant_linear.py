@@ -8,7 +8,7 @@ import torch
 
 import llmchat.kernels as K
 from llmchat.kernels.quant import quantize_activations, reference_linear
-from quant_helpers import KINDS, random_weight
+from quant_helpers import FACTORS, KINDS, random_weight
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
@@ -21,8 +21,9 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m,n,k", [(1, 1, 32), (1, 37, 64), (2, 16, 96), (3, 50, 576), (5, 33, 256),
                                    (17, 21, 160), (64, 40, 128), (512, 24, 64)])
-def test_matches_reference(kind, dtype, m, n, k):
-    w = random_weight(kind, n, k, seed=m * 1000 + n)
+@pytest.mark.parametrize("factors", FACTORS)
+def test_matches_reference(kind, dtype, m, n, k, factors):
+    w = random_weight(kind, n, k, seed=m * 1000 + n, factors=factors)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(n)).to(dtype)
     bias = torch.randn(n).to(dtype) if n % 2 else None
     got = K.quant_linear(x, w, bias)
@@ -41,11 +42,12 @@ def test_without_mins_and_into_a_column_slice(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_row_does_not_depend_on_the_batch_or_threads(kind):
+@pytest.mark.parametrize("factors", FACTORS)
+def test_a_row_does_not_depend_on_the_batch_or_threads(kind, factors):
     """The Determinism issue's rule for projections: a row's bits are the same in a 1-row decode, a small
     batch and a prefill chunk, on any number of threads."""
-    w = random_weight(kind, 70, 320, seed=3)
-    x = torch.randn(300, 320, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    w = random_weight(kind, 70, 352, seed=3, factors=factors)
+    x = torch.randn(300, 352, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     full = K.quant_linear(x, w)
     threads = torch.get_num_threads()
     try:
@@ -69,8 +71,9 @@ def test_activation_quantization_matches_torch():
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rows_dequantize_exactly(kind, dtype):
-    w = random_weight(kind, 30, 96, seed=7)
+@pytest.mark.parametrize("factors", FACTORS)
+def test_rows_dequantize_exactly(kind, dtype, factors):
+    w = random_weight(kind, 30, 96, seed=7, factors=factors)
     ids = torch.tensor([0, 29, 3, 3, 17])
     got = K.quant_rows(w, ids, dtype)
     assert torch.equal(got, w.dequantize()[ids].to(dtype))
@@ -84,4 +87,6 @@ def test_bad_inputs_are_clear_errors():
         K.quant_rows(w, torch.tensor([8]), torch.float32)
     values, high, scales, mins = w.tensors()
     with pytest.raises(ValueError, match="kind must be"):
-        torch.ops.llmchat.quant_linear(torch.randn(1, 64), values, high, scales, mins, 9, None, torch.empty(1, 8))
+        torch.ops.llmchat.quant_linear(torch.randn(1, 64), values, high, scales, mins, 9, 0, None, torch.empty(1, 8))
+    with pytest.raises(ValueError, match="min_offset must be"):
+        torch.ops.llmchat.quant_linear(torch.randn(1, 64), values, high, scales, mins, 2, -3, None, torch.empty(1, 8))

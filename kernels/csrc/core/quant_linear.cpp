@@ -44,6 +44,23 @@ struct Acts {
   int64_t row, blocks;  // q elements and d entries per token
 };
 
+// Per-block factors (scales, mins) stored as fp32, or as fp16 where the file's are.
+template <bool HALF>
+struct Factors {
+  static float at(const void* p, int64_t i) {
+    if constexpr (HALF) return qdot::half_to_float(static_cast<const uint16_t*>(p)[i]);
+    else return static_cast<const float*>(p)[i];
+  }
+  static qdot::QScale pair(const void* p, int64_t i) {
+    if constexpr (HALF) return qdot::pair_scale_half(static_cast<const uint16_t*>(p) + i);
+    else return qdot::pair_scale(static_cast<const float*>(p) + i);
+  }
+  static float dot(const void* p, int64_t i, const float* b, int64_t n) {
+    if constexpr (HALF) return qdot::dot_half_f32(static_cast<const uint16_t*>(p) + i, b, n);
+    else return qdot::dot_f32(static_cast<const float*>(p) + i, b, n);
+  }
+};
+
 // Blocks b, b + 1 of a 4/5-bit row (b + 1 zero when b is the row's last block).
 template <QuantKind KIND>
 inline QPair packed_pair(const QuantWeightView& w, int64_t row, int64_t b, int64_t nb) {
@@ -71,7 +88,7 @@ struct Unpacked {
 };
 
 // res[r][t] = out[m0 + t, n0 + r] before bias, for R <= kMaxRows rows and T <= kTok tokens.
-template <QuantKind KIND, int R, int T, class Src>
+template <QuantKind KIND, bool HALF, int R, int T, class Src>
 void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0, float (*res)[kTok]) {
   const int64_t nb = w.k / 32;
   QAcc acc[R][T];
@@ -88,9 +105,9 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
       }
       for (int r = 0; r < R; ++r) {
         const QPair wv = src(n0 + r, b);
-        const float* sc = w.scales + (n0 + r) * nb + b;
-        const float last[2] = {sc[0], 0.f};
-        const qdot::QScale sv = qdot::pair_scale(single ? last : sc);
+        const int64_t at = (n0 + r) * nb + b;
+        const float last[2] = {Factors<HALF>::at(w.scales, at), 0.f};
+        const qdot::QScale sv = single ? qdot::pair_scale(last) : Factors<HALF>::pair(w.scales, at);
         for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_pair_u8(acc[r][t], wv, av[t], qdot::qmul(sv, dv[t]));
       }
     };
@@ -108,11 +125,11 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
       for (int r = 0; r < R; ++r) {
         const QVec wv = qdot::load32(static_cast<const int8_t*>(w.values) + (n0 + r) * w.k + 32 * b);
         if constexpr (KIND == QuantKind::Q8Halves) {
-          const float* sc = w.scales + (n0 + r) * 2 * nb + 2 * b;
-          const qdot::QScale sv = qdot::halves_scale(sc[0], sc[1]);
+          const int64_t at = (n0 + r) * 2 * nb + 2 * b;
+          const qdot::QScale sv = qdot::halves_scale(Factors<HALF>::at(w.scales, at), Factors<HALF>::at(w.scales, at + 1));
           for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8_halves(acc[r][t], wv, av[t], qdot::qmul(sv, dv[t]));
         } else {
-          const qdot::QScale sv = qdot::block_scale(w.scales[(n0 + r) * nb + b]);
+          const qdot::QScale sv = qdot::block_scale(Factors<HALF>::at(w.scales, (n0 + r) * nb + b));
           for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8(acc[r][t], wv, av[t], qdot::qmul(sv, dv[t]));
         }
       }
@@ -121,42 +138,45 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) {
       float v = qdot::qsum(acc[r][t]);
+      const float* ds = x.dsum + (m0 + t) * x.blocks;
       if (w.mins != nullptr)  // the mins meet the activation block sums
-        v = v + qdot::dot_f32(w.mins + (n0 + r) * nb, x.dsum + (m0 + t) * x.blocks, nb);
+        v = v + Factors<HALF>::dot(w.mins, (n0 + r) * nb, ds, nb);
+      else if (w.min_offset != 0)  // min = offset * scale, a power of two: exactly offset * (scales . sums)
+        v = v + float(w.min_offset) * Factors<HALF>::dot(w.scales, (n0 + r) * nb, ds, nb);
       res[r][t] = v;
     }
 }
 
-template <QuantKind KIND, int R, class Src>
+template <QuantKind KIND, bool HALF, int R, class Src>
 void tile_tokens(int tokens, const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0,
                  float (*res)[kTok]) {
   static_assert(kTok >= 1 && kTok <= 4, "token tiles of 1 to 4");
   if constexpr (kTok >= 4) {
-    if (tokens == 4) return tile<KIND, R, 4>(w, src, n0, x, m0, res);
+    if (tokens == 4) return tile<KIND, HALF, R, 4>(w, src, n0, x, m0, res);
   }
   if constexpr (kTok >= 3) {
-    if (tokens == 3) return tile<KIND, R, 3>(w, src, n0, x, m0, res);
+    if (tokens == 3) return tile<KIND, HALF, R, 3>(w, src, n0, x, m0, res);
   }
   if constexpr (kTok >= 2) {
-    if (tokens == 2) return tile<KIND, R, 2>(w, src, n0, x, m0, res);
+    if (tokens == 2) return tile<KIND, HALF, R, 2>(w, src, n0, x, m0, res);
   }
-  tile<KIND, R, 1>(w, src, n0, x, m0, res);
+  tile<KIND, HALF, R, 1>(w, src, n0, x, m0, res);
 }
 
-template <QuantKind KIND, class Src>
+template <QuantKind KIND, bool HALF, class Src>
 void tile_any(int rows, int tokens, const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0,
               float (*res)[kTok]) {
   static_assert(kMaxRows >= 1 && kMaxRows <= 4, "row tiles of 1 to 4");
   if constexpr (kMaxRows >= 4) {
-    if (rows == 4) return tile_tokens<KIND, 4>(tokens, w, src, n0, x, m0, res);
+    if (rows == 4) return tile_tokens<KIND, HALF, 4>(tokens, w, src, n0, x, m0, res);
   }
   if constexpr (kMaxRows >= 3) {
-    if (rows == 3) return tile_tokens<KIND, 3>(tokens, w, src, n0, x, m0, res);
+    if (rows == 3) return tile_tokens<KIND, HALF, 3>(tokens, w, src, n0, x, m0, res);
   }
   if constexpr (kMaxRows >= 2) {
-    if (rows == 2) return tile_tokens<KIND, 2>(tokens, w, src, n0, x, m0, res);
+    if (rows == 2) return tile_tokens<KIND, HALF, 2>(tokens, w, src, n0, x, m0, res);
   }
-  tile_tokens<KIND, 1>(tokens, w, src, n0, x, m0, res);
+  tile_tokens<KIND, HALF, 1>(tokens, w, src, n0, x, m0, res);
 }
 
 template <typename T>
@@ -171,7 +191,7 @@ void store_tile(const QuantLinearArgs& a, int rows, int tokens, int64_t n0, int6
     }
 }
 
-template <QuantKind KIND, class Src>
+template <QuantKind KIND, bool HALF, class Src>
 void group_tiles(const QuantLinearArgs& a, const Src& src, int64_t n0, int64_t rows, const Acts& x) {
   float res[kMaxRows][kTok];
   const int64_t tile_rows = a.m == 1 ? kRowsAlone : kRows;
@@ -179,13 +199,13 @@ void group_tiles(const QuantLinearArgs& a, const Src& src, int64_t n0, int64_t r
     const int tokens = int(std::min<int64_t>(kTok, a.m - m0));
     for (int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
       const int r = int(std::min<int64_t>(tile_rows, rows - r0));
-      tile_any<KIND>(r, tokens, a.w, src, n0 + r0, x, m0, res);
+      tile_any<KIND, HALF>(r, tokens, a.w, src, n0 + r0, x, m0, res);
       dispatch_dtype(a.dtype, [&](auto tag) { store_tile<decltype(tag)>(a, r, tokens, n0 + r0, m0, res); });
     }
   }
 }
 
-template <QuantKind KIND>
+template <QuantKind KIND, bool HALF>
 void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const QuantWeightView& w = a.w;
   const int64_t nb = w.k / 32, groups = (w.n + kGroup - 1) / kGroup;
@@ -203,14 +223,14 @@ void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t b = 0; b < nb; b += 2)
               qdot::store_pair(scratch.data() + r * row_bytes + 32 * b, packed_pair<KIND>(w, n0 + r, b, nb));
-          group_tiles<KIND>(a, Unpacked{scratch.data(), n0, row_bytes}, n0, rows, x);
+          group_tiles<KIND, HALF>(a, Unpacked{scratch.data(), n0, row_bytes}, n0, rows, x);
         }
         return;
       }
     }
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t n0 = g * kGroup, rows = std::min<int64_t>(kGroup, w.n - n0);
-      group_tiles<KIND>(a, Packed<KIND>{w, nb}, n0, rows, x);
+      group_tiles<KIND, HALF>(a, Packed<KIND>{w, nb}, n0, rows, x);
     }
   });
 }
@@ -275,11 +295,13 @@ void quant_linear(const QuantLinearArgs& a, const Runtime& rt) {
   q.resize(size_t(a.m * row)), d.resize(size_t(a.m * blocks)), dsum.resize(size_t(a.m * blocks));
   quantize(a.dtype, a.x, a.x_stride, a.m, a.w.k, pairs, row, blocks, q.data(), d.data(), dsum.data(), rt);
   const Acts x{q.data(), d.data(), dsum.data(), row, blocks};
+  const bool half = a.w.half_factors;
   switch (a.w.kind) {
-    case QuantKind::Q8: return run<QuantKind::Q8>(a, x, rt);
-    case QuantKind::Q8Halves: return run<QuantKind::Q8Halves>(a, x, rt);
-    case QuantKind::Q4: return run<QuantKind::Q4>(a, x, rt);
-    case QuantKind::Q5: return run<QuantKind::Q5>(a, x, rt);
+    case QuantKind::Q8: return half ? run<QuantKind::Q8, true>(a, x, rt) : run<QuantKind::Q8, false>(a, x, rt);
+    case QuantKind::Q8Halves:
+      return half ? run<QuantKind::Q8Halves, true>(a, x, rt) : run<QuantKind::Q8Halves, false>(a, x, rt);
+    case QuantKind::Q4: return half ? run<QuantKind::Q4, true>(a, x, rt) : run<QuantKind::Q4, false>(a, x, rt);
+    case QuantKind::Q5: return half ? run<QuantKind::Q5, true>(a, x, rt) : run<QuantKind::Q5, false>(a, x, rt);
   }
 }
 
@@ -303,10 +325,14 @@ void quant_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, D
           } else {
             std::memcpy(block, static_cast<const int8_t*>(w.values) + row * K + 32 * b, 32);
           }
+          auto factor = [&](const void* p, int64_t i) {
+            return w.half_factors ? qdot::half_to_float(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+          };
           for (int j = 0; j < 32; ++j) {
-            const float s = w.kind == QuantKind::Q8Halves ? w.scales[row * 2 * nb + 2 * b + j / 16] : w.scales[row * nb + b];
-            float value = s * float(block[j]);                            // two roundings, as numpy does it:
-            if (w.mins != nullptr) value = value + w.mins[row * nb + b];  // never one fused multiply-add
+            const float s = factor(w.scales, w.kind == QuantKind::Q8Halves ? row * 2 * nb + 2 * b + j / 16 : row * nb + b);
+            float value = s * float(block[j]);  // two roundings, as numpy does it: never one fused multiply-add
+            if (w.mins != nullptr) value = value + factor(w.mins, row * nb + b);
+            else if (w.min_offset != 0) value = value + float(w.min_offset) * s;
             o[32 * b + j] = from_float<T>(value);
           }
         }

@@ -17,6 +17,8 @@ namespace llmchat {
 //   Q4:       u8 nibbles [N, K/2], per block 16 bytes: low nibble = element j, high = element j + 16;
 //             scales and mins [N, K/32]: w = scale * q + min                 (Q4_0, Q4_1, Q4_K)
 //   Q5:       as Q4 plus qh [N, K/32] uint32, bit j = bit 4 of element j  (Q5_0, Q5_1, Q5_K)
+// Scales and mins are fp32, or fp16 where the file's are (half_factors: Q8_0, Q4_0/1, Q5_0/1 keep their bytes).
+// Without mins, min_offset != 0 means min = min_offset * scale (Q4_0: -8, Q5_0: -16), nothing stored.
 enum class QuantKind : int { Q8 = 0, Q8Halves = 1, Q4 = 2, Q5 = 3 };
 
 struct QuantWeightView {
@@ -24,8 +26,10 @@ struct QuantWeightView {
   int64_t n = 0, k = 0;            // k a multiple of 32
   const void* values = nullptr;    // int8 [N, K] or nibbles [N, K/2]
   const uint32_t* high = nullptr;  // Q5 only
-  const float* scales = nullptr;
-  const float* mins = nullptr;     // Q4/Q5: [N, K/32] or null (all zero)
+  const void* scales = nullptr;    // float, or fp16 bits with half_factors
+  const void* mins = nullptr;      // Q4/Q5: [N, K/32] like scales, or null
+  bool half_factors = false;
+  int min_offset = 0;              // a power of two: min_offset * scale is exact
 };
 
 struct QuantLinearArgs {

@@ -15,7 +15,7 @@ namespace {
 constexpr const char* kOp = "decoder_stack";
 constexpr int64_t kPerLayer = 12;  // input_norm, post_norm, qkv, o, gate_up, down, their 4 biases, q/k norms
 constexpr int64_t kLoraPerProjection = 5;
-constexpr int64_t kQuantPerRun = 5;  // values, high, scales, mins, [start, kind] (int64)
+constexpr int64_t kQuantPerRun = 5;  // values, high, scales, mins, [start, kind, min_offset] (int64)
 
 struct Widths {
   int64_t tokens, hidden, intermediate, head_size, q_size, kv_size;
@@ -51,10 +51,11 @@ void add_quant(DecoderLayerWeights& lw, int p, const at::Tensor* t, int64_t coun
   for (int64_t r = 0; r < count; ++r, t += kQuantPerRun) {
     const at::Tensor& meta = t[4];
     check_dtype(kOp, meta, "quant run meta", at::kLong);
-    check_shape(kOp, meta, "quant run meta", {2});
+    check_shape(kOp, meta, "quant run meta", {3});
     DecoderLayerWeights::QuantRun run;
-    run.start = meta.data_ptr<int64_t>()[0];
-    run.w = quant_weight_view(kOp, t[0], t[1], t[2], t[3], meta.data_ptr<int64_t>()[1]);
+    const int64_t* m = meta.data_ptr<int64_t>();
+    run.start = m[0];
+    run.w = quant_weight_view(kOp, t[0], t[1], t[2], t[3], m[1], m[2]);
     LLMCHAT_CHECK(run.start == covered && run.w.k == k, kOp, "quantized runs must cover the projection's ", n,
                   " outputs in order, each with K = ", k);
     covered += run.w.n;

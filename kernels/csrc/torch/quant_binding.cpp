@@ -9,10 +9,11 @@ namespace llmchat::binding {
 namespace {
 
 void quant_linear_op(const at::Tensor& x, const at::Tensor& values, const at::Tensor& high, const at::Tensor& scales,
-                     const at::Tensor& mins, int64_t kind, const std::optional<at::Tensor>& bias, at::Tensor& out) {
+                     const at::Tensor& mins, int64_t kind, int64_t min_offset, const std::optional<at::Tensor>& bias,
+                     at::Tensor& out) {
   const char* op = "quant_linear";
   QuantLinearArgs a;
-  a.w = quant_weight_view(op, values, high, scales, mins, kind);
+  a.w = quant_weight_view(op, values, high, scales, mins, kind, min_offset);
   check_cpu(op, x, "x");
   check_cpu(op, out, "out");
   check_dim(op, x, "x", 2);
@@ -37,9 +38,9 @@ void quant_linear_op(const at::Tensor& x, const at::Tensor& values, const at::Te
 }
 
 void quant_rows_op(const at::Tensor& ids, const at::Tensor& values, const at::Tensor& high, const at::Tensor& scales,
-                   const at::Tensor& mins, int64_t kind, at::Tensor& out) {
+                   const at::Tensor& mins, int64_t kind, int64_t min_offset, at::Tensor& out) {
   const char* op = "quant_rows";
-  const QuantWeightView w = quant_weight_view(op, values, high, scales, mins, kind);
+  const QuantWeightView w = quant_weight_view(op, values, high, scales, mins, kind, min_offset);
   check_cpu(op, ids, "ids");
   check_dim(op, ids, "ids", 1);
   check_contiguous(op, ids, "ids");
@@ -62,9 +63,10 @@ std::string quant_isa_op() { return quant_isa_name(); }
 }  // namespace llmchat::binding
 
 TORCH_LIBRARY_FRAGMENT(llmchat, m) {
-  m.def("quant_linear(Tensor x, Tensor values, Tensor high, Tensor scales, Tensor mins, int kind, Tensor? bias, "
+  m.def("quant_linear(Tensor x, Tensor values, Tensor high, Tensor scales, Tensor mins, int kind, int min_offset, "
+        "Tensor? bias, Tensor(a!) out) -> ()");
+  m.def("quant_rows(Tensor ids, Tensor values, Tensor high, Tensor scales, Tensor mins, int kind, int min_offset, "
         "Tensor(a!) out) -> ()");
-  m.def("quant_rows(Tensor ids, Tensor values, Tensor high, Tensor scales, Tensor mins, int kind, Tensor(a!) out) -> ()");
   m.def("quant_isa() -> str", &llmchat::binding::quant_isa_op);
 }
 

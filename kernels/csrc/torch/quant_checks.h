@@ -6,9 +6,11 @@
 
 namespace llmchat::binding {
 
-// Checks a weight's tensors against its kind (see core/quant_linear.h) and returns the view.
-inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& values, const at::Tensor& high, const at::Tensor& scales,
-                            const at::Tensor& mins, int64_t kind) {
+// Checks a weight's tensors against its kind (see core/quant_linear.h) and returns the view. Scales (and mins)
+// are float32 or float16; min_offset (0, or a power of two with no mins) gives min = min_offset * scale.
+inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& values, const at::Tensor& high,
+                                         const at::Tensor& scales, const at::Tensor& mins, int64_t kind,
+                                         int64_t min_offset) {
   LLMCHAT_CHECK(kind >= 0 && kind <= 3, op, "kind must be 0 (q8), 1 (q8 halves), 2 (q4) or 3 (q5), got ", kind);
   QuantWeightView w;
   w.kind = QuantKind(kind);
@@ -19,12 +21,14 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
     check_dim(op, *t, name, 2);
   }
   check_dtype(op, values, "values", nibbles ? at::kByte : at::kChar);
-  check_dtype(op, scales, "scales", at::kFloat);
+  LLMCHAT_CHECK(scales.scalar_type() == at::kFloat || scales.scalar_type() == at::kHalf, op,
+                "scales must be float32 or float16, got ", scales.scalar_type());
+  w.half_factors = scales.scalar_type() == at::kHalf;
   w.n = values.size(0), w.k = values.size(1) * (nibbles ? 2 : 1);
   LLMCHAT_CHECK(w.k % 32 == 0 && w.k > 0, op, "K must be a positive multiple of 32, got ", w.k);
   const int64_t nb = w.k / 32;
   check_shape(op, scales, "scales", {w.n, w.kind == QuantKind::Q8Halves ? 2 * nb : nb});
-  w.values = values.data_ptr(), w.scales = scales.data_ptr<float>();
+  w.values = values.data_ptr(), w.scales = scales.data_ptr();
   if (w.kind == QuantKind::Q5) {
     check_cpu(op, high, "high");
     check_contiguous(op, high, "high");
@@ -36,10 +40,14 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
     LLMCHAT_CHECK(nibbles, op, "only the 4/5-bit kinds have mins");
     check_cpu(op, mins, "mins");
     check_contiguous(op, mins, "mins");
-    check_dtype(op, mins, "mins", at::kFloat);
+    check_dtype(op, mins, "mins", scales.scalar_type());
     check_shape(op, mins, "mins", {w.n, nb});
-    w.mins = mins.data_ptr<float>();
+    w.mins = mins.data_ptr();
   }
+  const int64_t m = min_offset < 0 ? -min_offset : min_offset;
+  LLMCHAT_CHECK(m == 0 || (nibbles && mins.numel() == 0 && m <= 64 && (m & (m - 1)) == 0), op,
+                "min_offset must be 0, or a power of two up to 64 for a 4/5-bit weight without mins, got ", min_offset);
+  w.min_offset = int(min_offset);
   return w;
 }
 

@@ -12,7 +12,8 @@
 //   load_q4_pair / load_q5_pair (+ bit planes) / load_q4_single / load_q5_single (block b alone, b+1 zero),
 //   load_pair / store_pair (64 unpacked bytes); load_pair_acts; fma_pair_u8: acc += dot_b * scale of b +
 //   dot_b+1 * scale of b + 1
-//   dot_f32: a float dot in a fixed order (the mins against the activation block sums)
+//   dot_f32 / dot_half_f32: a float dot in a fixed order (the mins against the activation block sums);
+//   half_to_float, pair_scale_half: fp16 factors
 // kRows x kTokens: the register tile of weight rows and tokens each path computes at once.
 // Every output runs the same sequence of these calls whatever M or the thread split, so a row's result does
 // not depend on what else is in the batch.
@@ -20,7 +21,7 @@
 
 #if defined(LLMCHAT_FORCE_SCALAR)
 #include "qdot_scalar.h"
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include "qdot_avx2.h"
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #include "qdot_neon.h"

@@ -99,4 +99,20 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+inline QScale pair_scale_half(const uint16_t* s) {  // s[0] for block b, s[1] for block b + 1
+  const __m128 two = _mm_cvtph_ps(_mm_cvtsi32_si128(int(uint32_t(s[0]) | (uint32_t(s[1]) << 16))));
+  return {_mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1))};
+}
+// sum_i a[i] * b[i], a in fp16, in the same fixed order as dot_f32.
+inline float dot_half_f32(const uint16_t* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))), _mm256_loadu_ps(b + i), acc);
+  float s = qsum({acc});
+  for (; i < n; ++i) s = s + half_to_float(a[i]) * b[i];
+  return s;
+}
+
 }  // namespace llmchat::qdot

@@ -103,4 +103,16 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+inline float half_to_float(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
+inline QScale pair_scale_half(const uint16_t* s) { return {vdupq_n_f32(half_to_float(s[0])), vdupq_n_f32(half_to_float(s[1]))}; }
+// sum_i a[i] * b[i], a in fp16, in the same fixed order as dot_f32.
+inline float dot_half_f32(const uint16_t* a, const float* b, int64_t n) {
+  float32x4_t acc = vdupq_n_f32(0.f);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) acc = vfmaq_f32(acc, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(a + i))), vld1q_f32(b + i));
+  float s = qsum({acc});
+  for (; i < n; ++i) s = s + half_to_float(a[i]) * b[i];
+  return s;
+}
+
 }  // namespace llmchat::qdot

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "dtypes.h"
+
 namespace llmchat::qdot {
 
 inline constexpr const char* kIsa = "scalar";
@@ -79,6 +81,14 @@ inline QAcc fma_s8_halves(QAcc acc, const QVec& w, const QVec& a, QScale sd) {
 inline float dot_f32(const float* a, const float* b, int64_t n) {
   float s = 0.f;
   for (int64_t i = 0; i < n; ++i) s = s + a[i] * b[i];
+  return s;
+}
+
+inline float half_to_float(uint16_t h) { return to_float(fp16_t{h}); }
+inline QScale pair_scale_half(const uint16_t* s) { return {half_to_float(s[0]), half_to_float(s[1])}; }
+inline float dot_half_f32(const uint16_t* a, const float* b, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = 0; i < n; ++i) s = s + half_to_float(a[i]) * b[i];
   return s;
 }
 
