@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../vec/qdot.h"
@@ -61,16 +62,15 @@ struct Factors {
   }
 };
 
-// Blocks b, b + 1 of a 4/5-bit row (b + 1 zero when b is the row's last block).
-template <QuantKind KIND>
+// Blocks b, b + 1 of a 4/5-bit row, or block b alone (SINGLE: the row's odd last block; b + 1 reads as zero).
+template <QuantKind KIND, bool SINGLE>
 inline QPair packed_pair(const QuantWeightView& w, int64_t row, int64_t b, int64_t nb) {
   const uint8_t* qs = static_cast<const uint8_t*>(w.values) + (row * nb + b) * 16;
-  const bool single = b + 1 == nb;
   if constexpr (KIND == QuantKind::Q5) {
     const uint32_t* qh = w.high + row * nb + b;
-    return single ? qdot::load_q5_single(qs, qh) : qdot::load_q5_pair(qs, qh);
+    return SINGLE ? qdot::load_q5_single(qs, qh) : qdot::load_q5_pair(qs, qh);
   } else {
-    return single ? qdot::load_q4_single(qs) : qdot::load_q4_pair(qs);
+    return SINGLE ? qdot::load_q4_single(qs) : qdot::load_q4_pair(qs);
   }
 }
 
@@ -79,12 +79,14 @@ template <QuantKind KIND>
 struct Packed {
   const QuantWeightView& w;
   int64_t nb;
-  QPair operator()(int64_t row, int64_t b) const { return packed_pair<KIND>(w, row, b, nb); }
+  template <bool SINGLE>
+  QPair get(int64_t row, int64_t b) const { return packed_pair<KIND, SINGLE>(w, row, b, nb); }
 };
 struct Unpacked {
   const int8_t* base;  // row `first` of the group
   int64_t first, row_bytes;
-  QPair operator()(int64_t row, int64_t b) const { return qdot::load_pair(base + (row - first) * row_bytes + 32 * b); }
+  template <bool SINGLE>
+  QPair get(int64_t row, int64_t b) const { return qdot::load_pair(base + (row - first) * row_bytes + 32 * b); }
 };
 
 // res[r][t] = out[m0 + t, n0 + r] before bias, for R <= kMaxRows rows and T <= kTok tokens.
@@ -96,7 +98,8 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
     for (int t = 0; t < T; ++t) acc[r][t] = qdot::qzero();
   if constexpr (paired(KIND)) {
     // An odd last block goes as a pair with an empty second block (zero weights, scale and activations).
-    auto pair = [&](int64_t b, bool single) {
+    auto pair = [&](int64_t b, auto single) {
+      constexpr bool kSingle = decltype(single)::value;
       qdot::QActs av[T];
       qdot::QScale dv[T];
       for (int t = 0; t < T; ++t) {
@@ -104,16 +107,21 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
         dv[t] = qdot::pair_scale(x.d + (m0 + t) * x.blocks + b);   // padded: d = 0 past the last block
       }
       for (int r = 0; r < R; ++r) {
-        const QPair wv = src(n0 + r, b);
+        const QPair wv = src.template get<kSingle>(n0 + r, b);
         const int64_t at = (n0 + r) * nb + b;
-        const float last[2] = {Factors<HALF>::at(w.scales, at), 0.f};
-        const qdot::QScale sv = single ? qdot::pair_scale(last) : Factors<HALF>::pair(w.scales, at);
+        qdot::QScale sv;
+        if constexpr (kSingle) {
+          const float last[2] = {Factors<HALF>::at(w.scales, at), 0.f};
+          sv = qdot::pair_scale(last);
+        } else {
+          sv = Factors<HALF>::pair(w.scales, at);
+        }
         for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_pair_u8(acc[r][t], wv, av[t], qdot::qmul(sv, dv[t]));
       }
     };
     const int64_t whole = nb - nb % 2;
-    for (int64_t b = 0; b < whole; b += 2) pair(b, false);
-    if (nb % 2) pair(whole, true);
+    for (int64_t b = 0; b < whole; b += 2) pair(b, std::false_type{});
+    if (nb % 2) pair(whole, std::true_type{});
   } else {
     for (int64_t b = 0; b < nb; ++b) {
       QVec av[T];
@@ -222,7 +230,8 @@ void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
           const int64_t n0 = g * kGroup, rows = std::min<int64_t>(kGroup, w.n - n0);
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t b = 0; b < nb; b += 2)
-              qdot::store_pair(scratch.data() + r * row_bytes + 32 * b, packed_pair<KIND>(w, n0 + r, b, nb));
+              qdot::store_pair(scratch.data() + r * row_bytes + 32 * b, b + 1 == nb ? packed_pair<KIND, true>(w, n0 + r, b, nb)
+                                                                                       : packed_pair<KIND, false>(w, n0 + r, b, nb));
           group_tiles<KIND, HALF>(a, Unpacked{scratch.data(), n0, row_bytes}, n0, rows, x);
         }
         return;
