@@ -15,7 +15,7 @@ from llmchat.kernels.memory import huge_page_zeros
 from .attention import AttentionMetadata
 from .config import EngineConfig
 from .layers.ops import select_ops
-from .model_loader import LoadProgress, build_model, read_config, read_json, resolve_dtype
+from .model_loader import LoadProgress, build_model, gguf_source, read_config, read_json, resolve_dtype
 from .models import ModelArgs
 
 GENERATION_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
@@ -46,7 +46,7 @@ class ModelRunner:
         self.args = ModelArgs.from_config(raw)        # unsupported architecture -> ValueError here
         self.raw_config = raw
         self.hf_config = _hf_config(folder)
-        self.dtype = resolve_dtype(config.dtype, raw)
+        self.dtype = resolve_dtype(config.dtype, raw, quantized=gguf_source(folder) is not None)
         self.max_model_len = self._max_model_len(config.max_model_len)
         self.vocab_size = self.args.vocab_size
         self.block_size = config.block_size

@@ -21,6 +21,7 @@ LAYER_NAMES = {
     "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
     "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
 }
+FAMILIES = ("llama", "qwen2", "qwen3")   # the GGUF architectures the tests write
 # tensor role -> GGUF type of the Q4_K_M-like mix most tests use
 MIXED = {"embd": "Q8_0", "output": "Q6_K", "attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K",
          "attn_output": "Q5_K", "ffn_gate": "Q4_0", "ffn_up": "Q4_1", "ffn_down": "Q5_0"}

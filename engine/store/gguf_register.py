@@ -50,7 +50,8 @@ def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, rea
     config.architectures = [ARCHITECTURES[config.model_type]]
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.dtype = "bfloat16" if dtype == "auto" else dtype   # activations and KV cache; weights stay quantized
+    # activations and KV cache (weights stay quantized); "auto" leaves it to the engine: bf16 where the CPU has it
+    config.dtype = None if dtype == "auto" else dtype
     config.save_pretrained(out)
     written = json.loads((out / "config.json").read_text())
     written["_name_or_path"] = base_name(stem)

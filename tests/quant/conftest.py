@@ -12,7 +12,6 @@ from gguf_models import MIXED, write_gguf  # noqa: E402
 from llmchat.engine.store import ModelStore  # noqa: E402
 from tiny_models import make_model, make_tokenizer  # noqa: E402
 
-FAMILIES = ("llama", "qwen2", "qwen3")
 SIZES = dict(hidden_size=256, intermediate_size=512)   # whole Q4_K super-blocks on most rows
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from conftest import FAMILIES
+from gguf_models import FAMILIES
 from llmchat.engine import LLM, SamplingParams
 from llmchat.engine.layers.linear import Linear
 from llmchat.engine.quant.quality import compare, sequence_logits

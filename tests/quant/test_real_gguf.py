@@ -39,7 +39,7 @@ def fp32_logits():
 def test_answers_chat_prompts_sensibly(real, quant):
     _file, model = real[quant]
     assert model.quant == quant
-    llm = LLM(str(model.path), kv_cache_gb=0.05)    # the app's defaults: bf16 activations
+    llm = LLM(str(model.path), kv_cache_gb=0.05)    # the app's defaults (bf16 activations where the CPU has it)
     outs = llm.generate([[{"role": "user", "content": q}] for q in QUESTIONS],
                         SamplingParams(max_tokens=64, temperature=0))
     for (question, words), out in zip(QUESTIONS.items(), outs):
