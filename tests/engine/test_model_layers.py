@@ -1,7 +1,6 @@
 """Layer contracts others build on: the LoRA hook on every projection, bf16 weight packing."""
 from __future__ import annotations
 
-import platform
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +58,7 @@ def test_large_bf16_linear_is_packed_and_equal():
     layer.finalize()
     x = torch.randn(5, 512).bfloat16()
     want = F.linear(x, dense_w, dense_b)
-    if platform.machine() == "x86_64":  # oneDNN packs bf16 on every x86-64 torch build
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():  # oneDNN's bf16 needs AVX-512 (or AVX-NE-CONVERT) on x86
         assert layer.packed_weight is not None and layer.weight is None
     torch.testing.assert_close(layer(x).float(), want.float(), atol=0.05, rtol=0.01)
 
@@ -72,7 +71,7 @@ def test_packed_bf16_model_stays_close_to_transformers(tmp_path):
     if runner.kernels.packed_native():  # bf16 panels are the one copy: no oneDNN copy, no dense weight
         assert all(m.small_m_weight.dim() == 3 and m.packed_weight is None for m in linears)
         assert all(m.weight is None for m in linears if m is not runner.model.lm_head)
-    elif platform.machine() == "x86_64":  # oneDNN packs bf16 on every x86-64 torch build
+    elif torch.ops.mkldnn._is_mkldnn_bf16_supported():  # oneDNN's bf16 needs AVX-512 (or AVX-NE-CONVERT)
         assert all(m.packed_weight is not None for m in linears)
     assert runner.model.lm_head.weight is runner.model.model.embed_tokens.weight
     ids = prompt(33, 4)

@@ -53,7 +53,7 @@ def decoder_stack_args():
     return (torch.randn(3, H), torch.empty(3, H), weights, [-1], [kc], [kc.clone()], torch.tensor([0, 1, 2]),
             torch.tensor([8, 9, 10]), torch.tensor([[1, 0]], dtype=torch.int32), torch.tensor([3], dtype=torch.int32),
             torch.tensor([0, 3], dtype=torch.int32), torch.randn(16, 16), hq, D, inter, 1e-6, 0.25, [],
-            torch.empty(0, 3, dtype=torch.int32))
+            torch.empty(0, 3, dtype=torch.int32), [], [])
 
 
 @pytest.mark.parametrize("name", list(cases()))

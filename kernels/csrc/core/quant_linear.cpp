@@ -8,17 +8,20 @@
 #include <type_traits>
 #include <vector>
 
-#include "../vec/qdot.h"
+#include "../vec/vec.h"  // the intrinsics headers, before the pragma (their inline functions keep their options)
 #include "dispatch.h"
 #include "quant_linear.h"
 
-// No compiler-chosen fused multiply-adds: row dequantization must round twice, as numpy does, and every
-// output's float operations must be the ones written here.
+// No compiler-chosen fused multiply-adds, here and in the block-dot header below: row dequantization must
+// round twice, as numpy does, and every output's float operations must be the ones written, whatever a
+// template instance inlines (a contracted scalar tail in one tile shape and not another changes bits).
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
+
+#include "../vec/qdot.h"
 
 namespace llmchat {
 namespace {
