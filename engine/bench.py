@@ -109,7 +109,7 @@ def transformers_baseline(model_path, dtype: str, sessions: list[int], new_token
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run(model_path, dtype: str = "bfloat16", sessions=(4, 8, 16), new_tokens: int = 64, prompt_len: int = 32,
+def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 64, prompt_len: int = 32,
         prefix_len: int = 1024, kv_cache_gb: float = 1.0, baseline: bool = True, llamacpp: bool = True,
         **engine_kwargs) -> dict:
     from .model_loader import gguf_source

@@ -9,7 +9,8 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure tokens/s and TTFT of the engine vs transformers",
                               description="Decode, multi-session, prefill and cached-prefix figures in one run.")
     p.add_argument("model", metavar="MODEL_PATH", nargs="?", help="model folder (or a name from `llmchat models`)")
-    p.add_argument("--dtype", default="bfloat16", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="activations (and weights, for 16/32-bit models); auto: what the app runs")
     p.add_argument("--sessions", type=int, nargs="+", default=[4, 8, 16], help="concurrent sessions to measure")
     p.add_argument("--tokens", type=int, default=64, help="new tokens per session")
     p.add_argument("--prefix", type=int, default=1024, help="prompt length of the prefill/TTFT figures")
