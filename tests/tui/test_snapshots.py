@@ -90,6 +90,9 @@ def test_models_screen_library(dirs, chat_model, snap_compare):
         await freeze_live_figures(app)
         await pilot.press("f4")
         await wait_until(pilot, lambda: app.screen.query_one("#library-table").row_count == 1)
+        # the row lands before the columns are resized to it: let that layout pass run first
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.3)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
