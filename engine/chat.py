@@ -1,6 +1,8 @@
 """Turn what a caller passes as a prompt (text, chat messages or token ids) into prompt token ids."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -17,6 +19,13 @@ def validate_messages(messages: list) -> None:
             raise ValueError(f"message {i} ({m['role']}) has empty content")
 
 
+@dataclass(frozen=True)
+class Continuation:
+    """A reply to go on with: the chat before it and the reply so far. The model picks up where it stopped."""
+    messages: list
+    partial: str
+
+
 def prompt_to_token_ids(tokenizer, prompt, vocab_size: int) -> list[int]:
     """str -> tokenized as is; list of messages -> chat template + generation prompt; list[int] -> checked."""
     if isinstance(prompt, str):
@@ -28,12 +37,14 @@ def prompt_to_token_ids(tokenizer, prompt, vocab_size: int) -> list[int]:
         bad = [t for t in ids if not 0 <= t < vocab_size]
         if bad:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})")
-    elif isinstance(prompt, (list, tuple)):
-        messages = list(prompt)
+    elif isinstance(prompt, (list, tuple, Continuation)):
+        messages = list(prompt.messages if isinstance(prompt, Continuation) else prompt)
         validate_messages(messages)
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("this model's tokenizer has no chat template; pass the prompt as text")
         rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        if isinstance(prompt, Continuation):
+            rendered += prompt.partial
         # The template already holds BOS and other specials: do not add them a second time.
         ids = list(tokenizer(rendered, add_special_tokens=False).input_ids)
     else:

@@ -13,6 +13,7 @@ class RequestMetrics:
     num_cached_tokens: int = 0         # prompt tokens served from the prefix cache
     num_generated_tokens: int = 0
     num_preemptions: int = 0
+    server_timings: dict | None = None  # a remote server's own figures (llama-server `timings`), when it sends them
 
     @property
     def ttft(self) -> float | None:
@@ -50,3 +51,4 @@ class StreamDelta:
     finished: bool = False
     finish_reason: str | None = None
     metrics: RequestMetrics | None = None
+    logprobs: list | None = None       # one logprobs.TokenLogprob per token id, when the request asked

@@ -13,6 +13,7 @@ from .chat_state import ChatMessage, ChatSession, SessionSettings
 from .commands import ActionsProvider
 from .db import ChatDatabase
 from .engines import EngineManager
+from llmchat.engine.remote.endpoints import merge_endpoints
 from .paths import config_dir, data_dir
 from .screen_actions import ScreenActions
 from .settings import SettingsStore
@@ -23,6 +24,7 @@ from .widgets.sidebar import Sidebar
 
 FRAME_INTERVAL = 1 / 30      # streamed text reaches the widgets at most this often (batched per frame)
 METRICS_INTERVAL = 0.5       # engine.metrics() polling
+HEALTH_INTERVAL = 5.0        # remote endpoints in use are asked whether they are up
 MAIN_SCREEN_ACTIONS = {"new_session", "rename_session", "delete_session", "stop", "regenerate", "continue_reply",
                        "session_settings", "models", "compare", "export_session", "next_session", "previous_session"}
 
@@ -49,7 +51,8 @@ class LlmChatApp(ChatActions, ScreenActions, App):
     ]
 
     def __init__(self, model: str | None = None, data_path: Path | None = None, config_path: Path | None = None,
-                 show_welcome: bool = True) -> None:
+                 show_welcome: bool = True, endpoints: list | None = None) -> None:
+        """endpoints: remote endpoints from the command line (they win over settings.toml ones of the same name)."""
         super().__init__()
         self.data_path = data_path or data_dir()
         self.settings_store = SettingsStore((config_path or config_dir()) / "settings.toml")
@@ -60,7 +63,9 @@ class LlmChatApp(ChatActions, ScreenActions, App):
             engine_kwargs.setdefault("quantize", self.settings.quantize)
         self.engines = EngineManager(self.settings.memory_budget_gb, self.settings.kv_cache_gb,
                                      engine_kwargs, data_dir=self.data_path,
-                                     notify=lambda text: self.notify(text, title="Memory budget", timeout=8))
+                                     notify=lambda text: self.notify(text, title="Memory budget", timeout=8),
+                                     endpoints=merge_endpoints(self.settings.remote_endpoints(), endpoints or []))
+        self.remote_names: list[str] = []               # "remote:NAME/ID" of every endpoint, asked at start
         self.sessions: dict[int, ChatSession] = {}
         self.current_id: int | None = None
         self.replies: dict[int, ChatMessage] = {}      # session id -> reply being generated
@@ -112,6 +117,9 @@ class LlmChatApp(ChatActions, ScreenActions, App):
             await self.switch_to(max(self.sessions))
         self.set_interval(FRAME_INTERVAL, self.frame_tick)
         self.metrics_timer = self.set_interval(METRICS_INTERVAL, self.poll_metrics)
+        if self.engines.remote.endpoints:
+            self.run_worker(self.ask_remote_models(), group="remote", exit_on_error=False)
+            self.set_interval(HEALTH_INTERVAL, self.check_remote_health)
         self.main.query_one(PromptInput).focus()
         if self.show_welcome and not self.has_any_model():
             self.call_after_refresh(self.action_welcome)
@@ -183,6 +191,15 @@ class LlmChatApp(ChatActions, ScreenActions, App):
         if self.screen_stack:
             for panel in self.main.query(EnginePanel):
                 panel.show(self.engines.metrics(), loading)
+
+    async def ask_remote_models(self) -> None:
+        self.remote_names, problems = await self.engines.remote.model_names()
+        for problem in problems:
+            self.notify(problem, title="Remote endpoint", severity="warning", timeout=10)
+
+    def check_remote_health(self) -> None:
+        if self.engines.remote.models:
+            self.run_worker(self.engines.remote.refresh_health(), group="health", exclusive=True, exit_on_error=False)
 
     def library_names(self, kind: str) -> list[str]:
         """Names in the model store's library ([] while the store is unavailable)."""

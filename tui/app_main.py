@@ -10,6 +10,10 @@ from .paths import data_dir
 
 def prepare_model(model: str) -> str:
     """Check `--model` before the screen opens; a .gguf file is imported into the library first."""
+    if model.startswith("remote:"):
+        from llmchat.engine.remote import split_remote
+        split_remote(model)   # ValueError when malformed; the endpoint is checked when the session uses it
+        return model
     path = Path(model).expanduser()
     if path.suffix == ".gguf" and path.is_file():
         from llmchat.engine.store import ModelStore
@@ -20,9 +24,12 @@ def prepare_model(model: str) -> str:
     return str(path.resolve()) if path.exists() else model
 
 
-def run_app(model: str | None = None) -> int:
+def run_app(model: str | None = None, endpoints: list[str] | tuple = ()) -> int:
+    from llmchat.engine.remote import merge_endpoints, parse_endpoint_arg
+    # A bad --endpoint is refused before the screen opens; settings.toml's are merged (and checked) by the app.
+    remote = merge_endpoints([], [parse_endpoint_arg(e) for e in endpoints])
     if model is not None:
         model = prepare_model(model)
     from .app import LlmChatApp
-    LlmChatApp(model=model).run()
+    LlmChatApp(model=model, endpoints=remote).run()
     return 0

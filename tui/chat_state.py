@@ -34,6 +34,7 @@ class ReplyStats:
     num_generated_tokens: int = 0
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    server_tokens_per_s: float | None = None   # what a remote server reports (llama-server timings)
 
     def line(self) -> str:
         parts = []
@@ -41,6 +42,8 @@ class ReplyStats:
             parts.append(f"TTFT {self.ttft * 1000:.0f} ms")
         if self.tokens_per_s is not None:
             parts.append(f"{self.tokens_per_s:.1f} tok/s")
+        if self.server_tokens_per_s:
+            parts.append(f"server {self.server_tokens_per_s:.1f} tok/s")
         parts.append(f"{self.num_generated_tokens} tokens")
         parts.append(f"{self.num_cached_tokens}/{self.num_prompt_tokens} prompt tokens cached")
         return " · ".join(parts)

@@ -15,12 +15,15 @@ SUBCOMMANDS = {
     "bench": "llmchat.tui.cli_bench",
     "models": "llmchat.tui.cli_models",
     "compare": "llmchat.tui.cli_compare",
+    "serve": "llmchat.tui.cli_serve",
 }
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmchat", description="Chat with local language models.")
-    parser.add_argument("--model", help="open the app with this model (path or name) loaded")
+    parser.add_argument("--model", help="open the app with this model (path, name or remote:ENDPOINT/ID) loaded")
+    from .cli_endpoints import add_endpoint_option
+    add_endpoint_option(parser, dest="app_endpoints")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = [a for a in argv if a in SUBCOMMANDS][:1] or list(SUBCOMMANDS)
     for name in SUBCOMMANDS:
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command is None:
             from llmchat.tui.app_main import run_app
-            return run_app(model=args.model)
+            return run_app(model=args.model, endpoints=args.app_endpoints)
         return importlib.import_module(SUBCOMMANDS[args.command]).run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

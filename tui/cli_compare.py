@@ -36,7 +36,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "seeds;\nwrite report.md, report.json and report.csv to --out.",
         epilog=EPILOG)
     p.add_argument("--models", nargs="+", required=True, metavar="MODEL",
-                   help="model names (from `llmchat models`) or folders")
+                   help="model names (from `llmchat models`), folders, or remote:ENDPOINT/MODEL-ID")
     p.add_argument("--adapters", nargs="+", default=[], metavar="MODEL=ADAPTER_PATH",
                    help="also run MODEL with this LoRA adapter (repeatable per model)")
     p.add_argument("--prompts", required=True, metavar="FILE",
@@ -51,13 +51,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--kv-cache-gb", type=float, default=None, help="KV cache budget per model")
     p.add_argument("--resume", action="store_true", help="continue the run already in --out")
+    from .cli_endpoints import add_endpoint_option
+    add_endpoint_option(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     from llmchat.engine.compare import CompareSettings, build_variants, load_prompts
     from llmchat.engine.compare.report import CompareInputs
-    from llmchat.engine.compare.runner import CompareRunner
+    from llmchat.engine.compare.runner import CompareRunner, engine_factory, resolver_for
     from llmchat.engine.compare.schema import REPORT_MD, RESULTS_JSONL
     from llmchat.engine.compare.store import ResultStore
 
@@ -67,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     settings.validate()
     if args.kv_cache_gb is not None and args.kv_cache_gb <= 0:
         raise ValueError(f"--kv-cache-gb must be > 0, got {args.kv_cache_gb}")
+    from .cli_endpoints import endpoints_from
+    endpoints = endpoints_from(args.endpoints)
     variants = build_variants(args.models, args.adapters)
     prompts, prompt_errors = load_prompts(args.prompts)
     for err in prompt_errors:
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     inputs = CompareInputs(Path(args.prompts), prompts, prompt_errors, variants, settings)
     bar = ProgressBar(sys.stderr)
     try:
-        report = CompareRunner(inputs, store, out, progress=bar.update).run()
+        report = CompareRunner(inputs, store, out, progress=bar.update, resolve=resolver_for(endpoints),
+                               make_engine=engine_factory(endpoints)).run()
     except KeyboardInterrupt:
         bar.close()
         print(f"interrupted: finished models are saved in {results}; add --resume to continue", file=sys.stderr)

@@ -21,7 +21,10 @@ def add_parser(subparsers) -> None:
     s.add_argument("repo")
     s.add_argument("--quant", help="GGUF repos: the one quant file to download, e.g. Q4_K_M (`models search` "
                                    "lists them); it is then registered like `models import`")
-    sub.add_parser("list", help="models in the library (HF cache + imports)")
+    s = sub.add_parser("list", help="models in the library (HF cache + imports)")
+    s.add_argument("--remote", action="store_true", help="also list the models of the remote endpoints")
+    from .cli_endpoints import add_endpoint_option
+    add_endpoint_option(s)
     s = sub.add_parser("rm", help="delete a model (imported folders are only unregistered)")
     s.add_argument("name")
     s = sub.add_parser("import", help="register a model folder or a .gguf file (run quantized, in place)")
@@ -137,11 +140,35 @@ def _pull(store, args) -> int:
     return 0
 
 
+def _remote_rows(args) -> tuple[list[dict], list[str]]:
+    """Each remote model as {"name": remote:NAME/ID, ...}, and one message per endpoint that did not answer."""
+    if not getattr(args, "remote", False):
+        return [], []
+    from llmchat.engine.remote import list_all
+    from .cli_endpoints import endpoints_from
+    endpoints = endpoints_from(args.endpoints)
+    if not endpoints:
+        return [], ["no remote endpoints: add [[endpoints]] to settings.toml or pass --endpoint NAME=URL"]
+    rows, problems = [], []
+    for endpoint, ids, problem in list_all(endpoints):
+        rows += [{"name": endpoint.model_name(i), "kind": "remote", "endpoint": endpoint.name,
+                  "base_url": endpoint.base_url, "id": i} for i in ids]
+        if problem:
+            problems.append(problem)
+    return rows, problems
+
+
 def _list(store, args) -> int:
     models = store.list()
+    remote, problems = _remote_rows(args)
+    for problem in problems:
+        print(f"llmchat: {problem}", file=sys.stderr)
     if args.json:
-        print(json.dumps([m.to_dict() for m in models], indent=2))
+        print(json.dumps([m.to_dict() for m in models] + remote, indent=2))
         return 0
+    if remote:
+        rows = [[r["name"], "remote", r["base_url"]] for r in remote]
+        print(_table(rows, ["NAME", "KIND", "ENDPOINT"]) + "\n")
     if not models:
         print("no models yet: `llmchat models search QUERY`, `llmchat models pull REPO` "
               "or `llmchat models import PATH`")

@@ -12,13 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .remote_models import RemoteModels, is_remote
+
 GB = 1024 ** 3
 
 
 @dataclass
 class LoadedModel:
     name: str
-    path: Path
+    path: Path | None                    # None for a remote model
     engine: Any                          # llmchat.engine.AsyncEngine
     weight_bytes: int
     kv_bytes: int
@@ -27,6 +29,7 @@ class LoadedModel:
     active_requests: int = 0
     adapters: set = field(default_factory=set)     # LoRA names loaded into this engine
     weights: str = ""                    # how the weights run: a GGUF quant (Q4_K_M), "q4_k at load", or ""
+    remote: bool = False                 # on a remote OpenAI-compatible server (engine: RemoteEngine)
 
     @property
     def total_bytes(self) -> int:
@@ -77,7 +80,8 @@ def read_generation_defaults(path: Path) -> dict:
 
 class EngineManager:
     def __init__(self, memory_budget_gb: float, kv_cache_gb: float, engine_kwargs: dict | None = None,
-                 data_dir: Path | None = None, notify: Callable[[str], None] = lambda message: None) -> None:
+                 data_dir: Path | None = None, notify: Callable[[str], None] = lambda message: None,
+                 endpoints: list | None = None) -> None:
         self.memory_budget = int(memory_budget_gb * GB)
         self.kv_cache_gb = kv_cache_gb
         self.engine_kwargs = dict(engine_kwargs or {})
@@ -86,18 +90,24 @@ class EngineManager:
         self.loaded: OrderedDict[str, LoadedModel] = OrderedDict()   # least recently used first
         self.loading: dict[str, asyncio.Task] = {}
         self.load_fraction: dict[str, float] = {}   # share of the load done, per model loading (set by its thread)
+        self.remote = RemoteModels(endpoints or [])
 
     def key(self, name: str) -> str:
         return str(resolve_model(name, self.data_dir))
 
     def is_loaded(self, name: str) -> bool:
+        if is_remote(name):
+            return name in self.remote.models
         try:
             return self.key(name) in self.loaded
         except (FileNotFoundError, ValueError):
             return False
 
     async def get(self, name: str) -> LoadedModel:
-        """The loaded model, loading it (and unloading LRU models to fit the budget) when needed."""
+        """The loaded model, loading it (and unloading LRU models to fit the budget) when needed; a remote
+        model ("remote:ENDPOINT/ID") is its endpoint's, outside the memory budget."""
+        if is_remote(name):
+            return self.remote.get(name)
         path = await asyncio.to_thread(resolve_model, name, self.data_dir)
         key = str(path)
         if key in self.loaded:
@@ -115,6 +125,9 @@ class EngineManager:
 
     async def ensure_adapter(self, model: LoadedModel, adapter: str | None) -> None:
         """Load a LoRA adapter (library name or folder) into the model's engine the first time it is used."""
+        if adapter and model.remote:
+            raise ValueError(f"{model.name} runs on a remote server: its adapters are models of their own there "
+                             "(pick remote:ENDPOINT/ADAPTER-ID as the model and leave the adapter empty)")
         if adapter and adapter not in model.adapters:
             await model.engine.load_adapter(adapter, adapter)
             model.adapters.add(adapter)
@@ -161,8 +174,10 @@ class EngineManager:
         while self.loaded:
             _, model = self.loaded.popitem()
             await model.engine.shutdown()
+        await self.remote.shutdown()
 
     def metrics(self) -> list[tuple[str, Any]]:
-        """(model name, MetricsSnapshot) for every loaded model."""
-        return [(Path(m.name).name + (f" · {m.weights}" if m.weights else ""), m.engine.metrics())
-                for m in self.loaded.values()]
+        """(model name, MetricsSnapshot) for every loaded model, remote ones with their endpoint's health."""
+        local = [(Path(m.name).name + (f" · {m.weights}" if m.weights else ""), m.engine.metrics())
+                 for m in self.loaded.values()]
+        return local + self.remote.metrics()

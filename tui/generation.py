@@ -23,19 +23,19 @@ def sampling_params(session: ChatSession):
 def stats_from(metrics, started: float, first_token_at: float | None, generated: int) -> ReplyStats:
     """Engine metrics when present, else what the UI measured itself (an aborted request)."""
     if metrics is not None:
+        timings = metrics.server_timings or {}
         return ReplyStats(ttft=metrics.ttft, tokens_per_s=metrics.decode_tokens_per_s,
                           num_generated_tokens=metrics.num_generated_tokens or generated,
-                          num_prompt_tokens=metrics.num_prompt_tokens, num_cached_tokens=metrics.num_cached_tokens)
+                          num_prompt_tokens=metrics.num_prompt_tokens, num_cached_tokens=metrics.num_cached_tokens,
+                          server_tokens_per_s=timings.get("predicted_per_second"))
     ttft = None if first_token_at is None else first_token_at - started
     return ReplyStats(ttft=ttft, num_generated_tokens=generated)
 
 
-def continuation_prompt(engine, session: ChatSession, reply: ChatMessage) -> str:
-    """The chat template up to the reply, then the reply so far: the model picks up where it stopped."""
-    index = session.messages.index(reply)
-    head = engine.tokenizer.apply_chat_template(session.chat_messages(upto=index), add_generation_prompt=True,
-                                                tokenize=False)
-    return head + reply.content
+def continuation_prompt(session: ChatSession, reply: ChatMessage):
+    """The chat up to the reply, then the reply so far: the model picks up where it stopped."""
+    from llmchat.engine.chat import Continuation
+    return Continuation(session.chat_messages(upto=session.messages.index(reply)), reply.content)
 
 
 async def stream_reply(engines: EngineManager, session: ChatSession, reply: ChatMessage, continuing: bool,
@@ -45,7 +45,7 @@ async def stream_reply(engines: EngineManager, session: ChatSession, reply: Chat
     await engines.ensure_adapter(model, session.settings.adapter)
     params = sampling_params(session)
     if continuing:
-        prompt = continuation_prompt(model.engine, session, reply)
+        prompt = continuation_prompt(session, reply)
     else:
         prompt = session.chat_messages(upto=session.messages.index(reply))
     request_id = f"session{session.id}-{uuid.uuid4().hex[:8]}"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .chat_state import SessionSettings
 from .engines import read_generation_defaults, resolve_model
+from .remote_models import is_remote
 from .screens.dialogs import TextPrompt
 from .screens.help_screen import HelpScreen
 from .screens.session_settings import SessionSettingsScreen
@@ -13,11 +14,14 @@ class ScreenActions:
     def known_models(self) -> list[str]:
         names = {s.settings.model for s in self.sessions.values() if s.settings.model}
         names.update(self.library_names("model"))
+        names.update(self.remote_names)
         if self.settings.default_model:
             names.add(self.settings.default_model)
         return sorted(names)
 
     def model_defaults(self, model: str) -> dict:
+        if is_remote(model):
+            return {}       # the server applies its own
         try:
             return read_generation_defaults(resolve_model(model, self.data_path)) if model else {}
         except (FileNotFoundError, ValueError, OSError):

@@ -21,6 +21,7 @@ class Settings:
     theme: str = "textual-dark"
     quantize: str = ""                   # "q8_0" | "q4_0" | "q4_k": quantize 16/32-bit models at load ("" = no)
     engine_kwargs: dict = field(default_factory=dict)   # extra AsyncEngine keyword arguments
+    endpoints: list = field(default_factory=list)       # [[endpoints]] name, base_url, api_key_env: remote servers
 
     @classmethod
     def from_dict(cls, data: dict) -> "Settings":
@@ -31,7 +32,7 @@ class Settings:
         settings = cls(**data)
         for name, expected in (("memory_budget_gb", (int, float)), ("kv_cache_gb", (int, float)),
                                ("default_model", str), ("system_prompt", str),
-                               ("theme", str), ("quantize", str), ("engine_kwargs", dict)):
+                               ("theme", str), ("quantize", str), ("engine_kwargs", dict), ("endpoints", list)):
             value = getattr(settings, name)
             if not isinstance(value, expected) or isinstance(value, bool):
                 raise ValueError(f"{name} has the wrong type ({type(value).__name__})")
@@ -39,7 +40,13 @@ class Settings:
             raise ValueError("memory_budget_gb and kv_cache_gb must be positive")
         if settings.quantize not in ("", "q8_0", "q4_0", "q4_k"):
             raise ValueError(f"quantize must be q8_0, q4_0 or q4_k (or empty), got {settings.quantize!r}")
+        settings.remote_endpoints()   # ValueError naming the bad entry
         return settings
+
+
+    def remote_endpoints(self) -> list:
+        from llmchat.engine.remote import endpoints_from_settings
+        return endpoints_from_settings(self.endpoints)
 
 
 class SettingsStore:

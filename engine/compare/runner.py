@@ -21,8 +21,13 @@ from llmchat.engine.compare.writers import write_report
 Progress = Callable[[int, int, str], None]      # (done, total, what is happening)
 
 
-def default_resolver(name_or_path: str) -> Path:
-    """The model store's resolve: a local folder, a .gguf import, or a name of a pulled model."""
+def default_resolver(name_or_path: str) -> Path | str:
+    """The model store's resolve: a local folder, a .gguf import, or a name of a pulled model; a remote model
+    ("remote:ENDPOINT/ID") stays its name."""
+    from llmchat.engine.remote import is_remote, split_remote
+    if is_remote(name_or_path):
+        split_remote(name_or_path)               # ValueError when malformed
+        return name_or_path
     try:
         from llmchat.engine.store import ModelStore
     except ImportError:                          # store not installed: plain paths only
@@ -33,9 +38,29 @@ def default_resolver(name_or_path: str) -> Path:
     return Path(ModelStore().resolve(name_or_path))
 
 
-def default_engine(path: Path, settings):
-    from llmchat.engine import LLM
-    return LLM(path, dtype=settings.dtype, kv_cache_gb=settings.kv_cache_gb)
+def resolver_for(endpoints=()) -> Callable[[str], Path | str]:
+    """default_resolver that also checks a remote model's endpoint is known (before any long work)."""
+    def resolve(name_or_path: str):
+        from llmchat.engine.remote import find_endpoint, is_remote, split_remote
+        if is_remote(name_or_path):
+            find_endpoint(list(endpoints), split_remote(name_or_path)[0])
+        return default_resolver(name_or_path)
+    return resolve
+
+
+def engine_factory(endpoints=()) -> Callable:
+    """make_engine for the runner: the local LLM for a folder, a RemoteLLM for "remote:ENDPOINT/ID"."""
+    def make_engine(path, settings):
+        from llmchat.engine.remote import RemoteLLM, find_endpoint, is_remote, split_remote
+        if is_remote(str(path)):
+            name, model_id = split_remote(str(path))
+            return RemoteLLM(find_endpoint(list(endpoints), name), model_id)
+        from llmchat.engine import LLM
+        return LLM(path, dtype=settings.dtype, kv_cache_gb=settings.kv_cache_gb)
+    return make_engine
+
+
+default_engine = engine_factory()
 
 
 class CompareRunner:
@@ -80,7 +105,7 @@ class CompareRunner:
         paths = {}
         for model, variants in self._by_model().items():
             try:
-                paths[model] = Path(self.resolve(model))
+                paths[model] = self.resolve(model)
             except FileNotFoundError as exc:
                 paths[model] = None
                 self._fail(variants, "model", f"unknown model {model!r}: {_message(exc)}")
@@ -99,7 +124,7 @@ class CompareRunner:
             self.done += sum(1 for p in self.inputs.prompts if self._key(v, p) not in self.store)
         self.progress(self.done, self.total, message)
 
-    def _run_model(self, path: Path, variants: list[Variant]) -> None:
+    def _run_model(self, path: Path | str, variants: list[Variant]) -> None:
         jobs = [(v, p) for v in variants for p in self.inputs.prompts if self._key(v, p) not in self.store]
         name = variants[0].id                     # the base model's short label
         if not jobs:

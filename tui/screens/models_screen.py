@@ -16,6 +16,7 @@ from textual.widgets import (Button, Checkbox, DataTable, Footer, Header, Input,
 
 from .dialogs import Confirm
 from .quant_picker import QuantPicker
+from .remote_pane import RemotePane
 
 
 def human_size(num_bytes: int | None) -> str:
@@ -69,6 +70,8 @@ class ModelsScreen(Screen):
                 yield DataTable(id="adapter-table", cursor_type="row")
                 yield Label("Enter: attach to this session · ctrl+x: detach · add adapters on the Import tab",
                             classes="hint")
+            if getattr(getattr(self.app, "engines", None), "remote", None) and self.app.engines.remote.endpoints:
+                yield RemotePane()
         with Vertical(id="transfer"):
             yield Label("", id="transfer-label")
             yield ProgressBar(id="transfer-progress", show_eta=True)

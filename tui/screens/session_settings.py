@@ -40,6 +40,9 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
             yield Label("Session settings", classes="dialog-title")
             yield Label("Model (library name or folder / .gguf path)")
             yield Input(s.model, id="model", suggester=SuggestFromList(self.models, case_sensitive=False))
+            remote = [m for m in self.models if m.startswith("remote:")]
+            if remote:   # a remote model is written as listed: remote:ENDPOINT/ID
+                yield Label("Remote: " + ", ".join(remote), id="remote-models", classes="hint")
             yield Label("Adapter (LoRA name; empty = base model)")
             yield Input(s.adapter or "", id="adapter", suggester=SuggestFromList(self.adapters, case_sensitive=False))
             yield Label("System prompt")

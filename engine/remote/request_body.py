@@ -1,0 +1,43 @@
+"""SamplingParams and prompts as an OpenAI-compatible request body."""
+from __future__ import annotations
+
+from ..chat import Continuation
+from ..sampling_params import SamplingParams
+
+# Fields the OpenAI API has, then the extensions vLLM, llama-server and `llmchat serve` accept.
+_FIELDS = ("max_tokens", "temperature", "top_p", "seed", "presence_penalty", "frequency_penalty",
+           "top_k", "min_p", "repetition_penalty")
+
+
+def sampling_fields(params: SamplingParams) -> dict:
+    """The values the request sets; unset ones are left to the server (the model's own defaults there)."""
+    body = {}
+    for name in _FIELDS:
+        value = getattr(params, name)
+        if value is None or (name in ("presence_penalty", "frequency_penalty") and value == 0.0):
+            continue
+        body[name] = value
+    if params.stop:
+        body["stop"] = list(params.stop)
+    if params.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+def request_body(model_id: str, prompt, params: SamplingParams) -> tuple[str, dict]:
+    """(path under base_url, JSON body) for a streamed request: chat messages, a continuation or raw text."""
+    body = {"model": model_id, "stream": True, "stream_options": {"include_usage": True}, **sampling_fields(params)}
+    if isinstance(prompt, Continuation):
+        # vLLM's and llmchat's extension: go on with the last assistant message instead of starting a new one.
+        body.update(messages=[*prompt.messages, {"role": "assistant", "content": prompt.partial}],
+                    continue_final_message=True, add_generation_prompt=False)
+        return "/chat/completions", body
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("the prompt is empty")
+        return "/completions", {**body, "prompt": prompt}
+    if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
+        from ..chat import validate_messages
+        validate_messages(list(prompt))
+        return "/chat/completions", {**body, "messages": list(prompt)}
+    raise ValueError("a remote model takes text or chat messages (token ids need the model's tokenizer)")
