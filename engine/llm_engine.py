@@ -11,6 +11,7 @@ from .chat import load_tokenizer, prompt_to_token_ids
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .kv_budget import plan_kv_blocks
+from .logprobs import token_logprobs, wanted
 from .lora.manager import LoraManager
 from .metrics import EngineMetrics, MetricsSnapshot
 from .outputs import RequestMetrics, RequestOutput, StreamDelta
@@ -151,13 +152,15 @@ class LLMEngine:
             if rows:
                 seqs = [chunks[i].seq for i in rows]
                 # every row samples in a decode step: no copy of the [S, vocab] logits then
-                tokens = self.sampler(logits if len(rows) == len(chunks) else logits[rows], seqs)
+                rows_logits = logits if len(rows) == len(chunks) else logits[rows]
+                tokens = self.sampler(rows_logits, seqs)
                 generated = len(tokens)
-                deltas += [self._append(seq, tok) for seq, tok in zip(seqs, tokens)]
+                logprobs = token_logprobs(rows_logits, tokens, seqs) if wanted(seqs) else [None] * len(seqs)
+                deltas += [self._append(seq, tok, lp) for seq, tok, lp in zip(seqs, tokens, logprobs)]
         self.metrics.record_step(prompt_tokens, generated, **self._gauges())
         return deltas
 
-    def _append(self, seq: Sequence, token: int) -> StreamDelta:
+    def _append(self, seq: Sequence, token: int, logprob=None) -> StreamDelta:
         now = time.monotonic()
         seq.append_token(token)
         seq.metrics.num_generated_tokens += 1
@@ -169,11 +172,14 @@ class LLMEngine:
             reason = "stop"
         elif seq.num_tokens >= seq.max_total_tokens:
             reason = "length"
+        logprobs = None if logprob is None else [logprob]
         if reason is None:
             seq.text += text
-            return StreamDelta(seq.request_id, text, [token], metrics=copy.copy(seq.metrics))
+            return StreamDelta(seq.request_id, text, [token], metrics=copy.copy(seq.metrics), logprobs=logprobs)
         self.scheduler.finish(seq, reason)
-        return self._close(seq, text + seq.detokenizer.flush(), [token])
+        closing = self._close(seq, text + seq.detokenizer.flush(), [token])
+        closing.logprobs = logprobs
+        return closing
 
     def _close(self, seq: Sequence, text: str, token_ids: list[int] | None = None) -> StreamDelta:
         """Final delta of a finished sequence; the request is forgotten (its output stays on seq)."""

@@ -20,6 +20,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)          # stop strings; never shown in the text
     stop_token_ids: list[int] = field(default_factory=list)  # added to the model's EOS ids
     ignore_eos: bool = False
+    logprobs: int | None = None        # None: off; k: each token's logprob and the k most likely (0..20)
 
     def validate(self) -> None:
         """Raise ValueError with a message a user can act on."""
@@ -35,6 +36,8 @@ class SamplingParams:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.repetition_penalty is not None and self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.logprobs is not None and (not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20):
+            raise ValueError(f"logprobs must be an integer in [0, 20], got {self.logprobs!r}")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         if any(not s for s in self.stop):
