@@ -1,0 +1,107 @@
+"""Response bodies: OpenAI's usage (with cached prompt tokens), llama-server's timings, choices, chunks,
+and logprobs in the chat and legacy completion shapes."""
+from __future__ import annotations
+
+import json
+import time
+
+from .errors import ApiError
+
+FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def finish_reason(engine_reason: str | None) -> str | None:
+    if engine_reason == "error":
+        raise ApiError(500, "the engine failed while generating (see the server log)", code="engine_error")
+    return FINISH_REASONS.get(engine_reason, engine_reason)
+
+
+def usage(metrics) -> dict:
+    prompt, completion = metrics.num_prompt_tokens, metrics.num_generated_tokens
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": metrics.num_cached_tokens}}
+
+
+def timings(metrics) -> dict:
+    """llama-server's figures: prompt = up to the first token (queue included), predicted = the decode after."""
+    cached = metrics.num_cached_tokens
+    prompt_n = max(metrics.num_prompt_tokens - cached, 0)
+    prompt_s = metrics.ttft or 0.0
+    predicted_n = metrics.num_generated_tokens
+    decode_s = 0.0
+    if metrics.first_token_time is not None and metrics.finish_time is not None:
+        decode_s = max(metrics.finish_time - metrics.first_token_time, 0.0)
+    return {"cache_n": cached, "prompt_n": prompt_n, "prompt_ms": prompt_s * 1e3,
+            "prompt_per_token_ms": prompt_s * 1e3 / prompt_n if prompt_n else 0.0,
+            "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else 0.0,
+            "predicted_n": predicted_n, "predicted_ms": decode_s * 1e3,
+            "predicted_per_token_ms": decode_s * 1e3 / (predicted_n - 1) if predicted_n > 1 else 0.0,
+            "predicted_per_second": (predicted_n - 1) / decode_s if predicted_n > 1 and decode_s > 0 else 0.0}
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def chat_logprobs(entries, tokenizer) -> dict:
+    def one(token_id: int, logprob: float) -> dict:
+        text = token_text(tokenizer, token_id)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+    return {"content": [{**one(e.token_id, e.logprob), "top_logprobs": [one(t, lp) for t, lp in e.top]}
+                        for e in entries], "refusal": None}
+
+
+def completion_logprobs(entries, tokenizer, text_offset: int) -> dict:
+    tokens, offsets = [], []
+    for e in entries:
+        tokens.append(token_text(tokenizer, e.token_id))
+        offsets.append(text_offset)
+        text_offset += len(tokens[-1])
+    return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{token_text(tokenizer, t): lp for t, lp in e.top} for e in entries],
+            "text_offset": offsets}
+
+
+class Envelope:
+    """The fields every response and chunk of one request shares."""
+
+    def __init__(self, request_id: str, model: str, chat: bool):
+        self.id, self.model, self.chat = request_id, model, chat
+        self.created = int(time.time())
+
+    def head(self, chunk: bool) -> dict:
+        kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
+                "system_fingerprint": "llmchat"}
+
+    def choice(self, content: str, reason: str | None, logprobs: dict | None, chunk: bool,
+               role: bool = False) -> dict:
+        if not self.chat:
+            return {"index": 0, "text": content, "logprobs": logprobs, "finish_reason": reason}
+        key = "delta" if chunk else "message"
+        message: dict = {"role": "assistant", "content": content} if (role or not chunk) else (
+            {"content": content} if content else {})
+        return {"index": 0, key: message, "logprobs": logprobs, "finish_reason": reason}
+
+    def response(self, text: str, reason: str, logprobs: dict | None, metrics) -> dict:
+        return {**self.head(False), "choices": [self.choice(text, reason, logprobs, chunk=False)],
+                "usage": usage(metrics), "timings": timings(metrics)}
+
+    def chunk(self, content: str, reason: str | None = None, logprobs: dict | None = None, *,
+              role: bool = False, with_usage_field: bool = False, metrics=None) -> str:
+        body = {**self.head(True), "choices": [self.choice(content, reason, logprobs, chunk=True, role=role)]}
+        if with_usage_field:
+            body["usage"] = None
+        if metrics is not None:
+            body["timings"] = timings(metrics)
+        return sse(body)
+
+    def usage_chunk(self, metrics) -> str:
+        return sse({**self.head(True), "choices": [], "usage": usage(metrics), "timings": timings(metrics)})
+
+
+def sse(body: dict) -> str:
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"
