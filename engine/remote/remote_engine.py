@@ -63,7 +63,7 @@ class RemoteEngine:
             async with self._open(path, body) as response:
                 self._streams[request_id] = response
                 finish = None
-                async for event in events(self._lines(response)):
+                async for event in events(self._lines(response, request_id)):
                     text, finish = self._read_event(event, metrics, finish)
                     if text:
                         yield StreamDelta(request_id, text, [], metrics=metrics)
@@ -97,13 +97,13 @@ class RemoteEngine:
     def _open(self, path: str, body: dict):
         return _Opened(self, path, body)
 
-    async def _lines(self, response: httpx.Response):
+    async def _lines(self, response: httpx.Response, request_id: str):
         try:
             async for line in response.aiter_lines():
                 yield line
-        except httpx.StreamClosed:
-            return        # aborted here
-        except httpx.HTTPError as exc:
+        except (httpx.StreamClosed, httpx.HTTPError) as exc:
+            if request_id in self._aborted:
+                return    # abort() closed the connection under the reader
             raise RemoteError(f"the connection to {self.endpoint.name} broke mid-reply ({_reason(exc)})") from None
 
     def _read_event(self, event: dict, metrics: RequestMetrics, finish):
