@@ -2,8 +2,9 @@
 
 Order (as transformers' generate): repetition penalty -> presence/frequency penalties -> temperature
 -> top-k -> top-p -> min-p. Greedy rows take the exact argmax. Seeded rows draw with their own
-torch.Generator, so a seed gives the same tokens whatever else shares the batch; unseeded rows share
-one draw.
+torch.Generator, reseeded from (seed, position of the token drawn) before each draw, so a seed gives the
+same tokens whatever else shares the batch and however often the request was preempted; unseeded rows
+share one draw.
 """
 from __future__ import annotations
 
@@ -73,6 +74,15 @@ def apply_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: to
     return logits
 
 
+def draw_seed(seed: int, position: int) -> int:
+    """The generator seed of the draw for the token at `position` of a request seeded with `seed`
+    (splitmix64 of the pair: nearby seeds and positions give unrelated streams)."""
+    z = (seed * 0x9E3779B97F4A7C15 + position + 1) & 0xFFFF_FFFF_FFFF_FFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFF_FFFF_FFFF_FFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFF_FFFF_FFFF_FFFF
+    return z ^ (z >> 31)
+
+
 def _plain_greedy(p) -> bool:
     """Greedy with no penalty: the token is the plain argmax (what the full path below also returns)."""
     return (p.temperature == 0 and p.repetition_penalty == 1.0 and p.presence_penalty == 0
@@ -112,6 +122,7 @@ class Sampler:
                 generator=self.shared_generator)
         for j, s in enumerate(picked):
             if s.generator is not None:
+                s.generator.manual_seed(draw_seed(s.params.seed, s.num_tokens))
                 noise[j].exponential_(generator=s.generator)
         result[sample_rows] = (probs / noise).argmax(dim=1)
         return result.tolist()

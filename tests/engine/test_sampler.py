@@ -92,6 +92,7 @@ def test_same_seed_same_tokens_whatever_the_batch():
         out = []
         for _ in range(10):
             out.append(sampler(logits, batch)[idx])
+            target.append_token(out[-1])    # the next draw is for the next position
         return out
 
     alone = draw(0, True)
@@ -105,3 +106,19 @@ def test_different_seeds_differ():
         return [sampler(torch.zeros(1, 1000), [s])[0] for _ in range(5)]
     assert run(1) != run(2)
     assert run(1) == run(1)
+
+
+def test_a_seeded_draw_depends_only_on_seed_and_position():
+    """A redone draw (preemption, a retried step) or a draw at a position reached another way picks the same."""
+    logits = torch.linspace(-1, 1, 64)[None, :]
+    first, again = seq(seed=7, temperature=1.0), seq(seed=7, temperature=1.0)
+    sampler = Sampler()
+    for _ in range(3):
+        sampler(logits, [first])           # draws at the same position: the generator state is not carried
+    assert sampler(logits, [first]) == Sampler()(logits, [again])
+    picks = set()
+    for _ in range(12):
+        tok = sampler(logits, [first])[0]
+        picks.add(tok)
+        first.append_token(tok)
+    assert len(picks) > 1
