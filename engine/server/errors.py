@@ -48,6 +48,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     message = first.get("msg", "invalid value")
     if first.get("type") == "json_invalid":
         return "the request body is not valid JSON", None
+    if not loc:   # the body itself: missing, empty, or not an object
+        return "the request body must be a JSON object", None
     return (f"{param}: {message}" if param else message), param
 
 

@@ -62,7 +62,9 @@ async def first_delta(stream):
     try:
         return await stream.__anext__()
     except ValueError as exc:
-        raise ApiError(400, str(exc), code="invalid_prompt") from None
+        message = str(exc)
+        too_long = "context holds" in message or "KV cache holds" in message
+        raise ApiError(400, message, code="context_length_exceeded" if too_long else "invalid_value") from None
 
 
 async def collect(stream, first) -> Generated:

@@ -37,8 +37,9 @@ def _healthy(base_url: str, headers: dict | None = None) -> bool:
 class ThreadServer:
     """uvicorn.Server running in a thread; `.state` is its ServerState (engines, pending count)."""
 
-    def __init__(self, specs: list[ModelSpec], settings: ServerSettings):
-        self.server, self.state = make_server(specs, settings, "127.0.0.1", 0, log_level="warning")
+    def __init__(self, specs: list[ModelSpec], settings: ServerSettings, engine_factory=None):
+        self.server, self.state = make_server(specs, settings, "127.0.0.1", 0, log_level="warning",
+                                              engine_factory=engine_factory)
         self.sock = bind_socket("127.0.0.1", 0)
         self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
@@ -53,6 +54,19 @@ class ThreadServer:
         self.server.should_exit = True
         self.thread.join(timeout=30)
         self.sock.close()
+
+    @contextlib.contextmanager
+    def started(self, wait: bool = True):
+        """Run the server; with wait=False, return as soon as it listens (the models may still load)."""
+        if wait:
+            with self:
+                yield self
+            return
+        self.thread.start()
+        try:
+            yield self
+        finally:
+            self.__exit__()
 
     def engine(self, model_id: str | None = None):
         return self.state.engines[model_id or self.state.specs[0].id]
