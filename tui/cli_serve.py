@@ -71,5 +71,8 @@ def run(args: argparse.Namespace) -> int:
                          attention_backend=args.attention_backend)
     settings = ServerSettings(api_key=api_key, max_pending=args.max_pending,
                               max_body_bytes=int(args.max_body_mb * 2**20), engine_kwargs=engine_kwargs)
-    serve(build_specs(args), settings, args.host, args.port, args.log_level)
+    try:
+        serve(build_specs(args), settings, args.host, args.port, args.log_level)
+    except KeyboardInterrupt:   # Ctrl-C is how a server is stopped: uvicorn re-raises it after a clean shutdown
+        pass
     return 0
