@@ -4,7 +4,7 @@ onto the engine's SamplingParams and prompts.
 Ranges are declared here, so every out-of-range value is a 400 before it reaches the engine. Fields
 OpenAI defines that the engine does not serve are either accepted and ignored (user, store, metadata)
 or refused with a 400 (n > 1, tools, echo...). Extensions from vLLM and llama-server: top_k, min_p,
-repetition_penalty, ignore_eos.
+repetition_penalty, ignore_eos, and continue_final_message (go on with the last assistant message).
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..chat import Continuation
 from ..chat import Continuation
 from ..sampling_params import SamplingParams
 from .errors import ApiError
@@ -86,6 +87,8 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[dict] | None = None
     response_format: dict | None = None
+    continue_final_message: bool | None = Field(False, description="go on with the last (assistant) message")
+    add_generation_prompt: bool | None = Field(True, description="false only with continue_final_message")
     continue_final_message: bool | None = Field(
         False, description="vLLM's extension: go on with the last (assistant) message instead of a new reply")
     add_generation_prompt: bool | None = Field(True, description="false together with continue_final_message")

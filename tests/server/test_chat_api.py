@@ -129,3 +129,14 @@ def test_models_health_and_metrics(client, server):
         assert name in text, name
     schema = httpx.get(f"{server.base_url}/openapi.json").json()
     assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"} <= set(schema["paths"])
+
+
+def test_continue_final_message_goes_on_with_the_reply(client):
+    whole = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=10, temperature=0,
+                                           extra_body={"ignore_eos": True}).choices[0].message.content
+    head = whole[:4]
+    rest = client.chat.completions.create(
+        model="tiny", messages=[*CHAT, {"role": "assistant", "content": head}], max_tokens=10, temperature=0,
+        extra_body={"ignore_eos": True, "continue_final_message": True, "add_generation_prompt": False})
+    text = rest.choices[0].message.content
+    assert (head + text).startswith(whole[:len(head) + 2]) and text

@@ -55,6 +55,8 @@ CHAT_CASES = {
     "top_logprobs above 20": ({"messages": USER, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     "tools": ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     "json_schema response_format": ({"messages": USER, "response_format": {"type": "json_schema"}}, None),
+    "continue_final_message after a user message": ({"messages": USER, "continue_final_message": True}, "messages"),
+    "add_generation_prompt false alone": ({"messages": USER, "add_generation_prompt": False}, "add_generation_prompt"),
     "stream_options without stream": ({"messages": USER, "stream_options": {"include_usage": True}}, None),
     "prompt longer than the context": ({"messages": [{"role": "user", "content": "hello world " * 400}]}, None),
     "prompt too long, streamed": ({"messages": [{"role": "user", "content": "hello world " * 400}],
