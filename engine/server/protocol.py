@@ -13,7 +13,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import Continuation
-from ..chat import Continuation
 from ..sampling_params import SamplingParams
 from .errors import ApiError
 
@@ -87,8 +86,6 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[dict] | None = None
     response_format: dict | None = None
-    continue_final_message: bool | None = Field(False, description="go on with the last (assistant) message")
-    add_generation_prompt: bool | None = Field(True, description="false only with continue_final_message")
     continue_final_message: bool | None = Field(
         False, description="vLLM's extension: go on with the last (assistant) message instead of a new reply")
     add_generation_prompt: bool | None = Field(True, description="false together with continue_final_message")
@@ -103,8 +100,11 @@ class ChatCompletionRequest(_Sampling):
                            code="unsupported_value")
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+        if self.add_generation_prompt is False and not self.continue_final_message:
+            raise ApiError(400, "add_generation_prompt: false is only supported with continue_final_message",
+                           param="add_generation_prompt", code="unsupported_value")
 
-    def to_engine(self) -> tuple[list[dict], SamplingParams]:
+    def to_engine(self) -> tuple[list[dict] | Continuation, SamplingParams]:
         self.check()
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
