@@ -14,12 +14,10 @@ from llmchat.kernels.memory import huge_page_zeros
 
 from .attention import AttentionMetadata
 from .config import EngineConfig
+from .generation_defaults import default_values
 from .layers.ops import select_ops
 from .model_loader import LoadProgress, build_model, gguf_source, read_config, read_json, resolve_dtype
 from .models import ModelArgs
-
-GENERATION_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-                   "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
 
 
 def _ids(value) -> list[int]:
@@ -52,7 +50,7 @@ class ModelRunner:
         self.block_size = config.block_size
         gen = read_json(folder / "generation_config.json") if (folder / "generation_config.json").exists() else {}
         self.eos_token_ids = list(dict.fromkeys(_ids(raw.get("eos_token_id")) + _ids(gen.get("eos_token_id"))))
-        self.generation_defaults = self._generation_defaults(gen)
+        self.generation_defaults = default_values(gen)
         self.ops, self.kernels = select_ops(config.attention_backend)
         self.attention_backend = "kernels" if self.kernels is not None else "torch"
         with torch.inference_mode():
@@ -72,13 +70,6 @@ class ModelRunner:
         if requested <= 0 or requested > limit:
             raise ValueError(f"max_model_len must be in 1..{limit} (the model's context), got {requested}")
         return requested
-
-    @staticmethod
-    def _generation_defaults(gen: dict) -> dict:
-        defaults = {ours: gen[theirs] for theirs, ours in GENERATION_KEYS.items() if gen.get(theirs) is not None}
-        if gen and not gen.get("do_sample", False):
-            defaults["temperature"] = 0.0  # transformers decodes greedily unless do_sample is set
-        return defaults
 
     # ---- KV cache -------------------------------------------------------------------------------------
     def kv_block_bytes(self) -> int:

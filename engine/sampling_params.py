@@ -44,9 +44,8 @@ class SamplingParams:
             raise ValueError("stop strings must be non-empty")
 
     def with_defaults(self, defaults: dict) -> "SamplingParams":
-        """Fill every None field from `defaults` (the model's generation_config), then the built-ins."""
-        builtin = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
-                   "max_tokens": 256}
+        """Fill every None field from `defaults` (generation_defaults.default_values), else llmchat's chat defaults."""
+        from .generation_defaults import CHAT_DEFAULTS as builtin
         filled = {}
         for f in fields(self):
             if getattr(self, f.name) is None and f.name in builtin:

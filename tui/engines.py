@@ -61,21 +61,12 @@ def weights_label(path: Path, engine_kwargs: dict) -> str:
     return f"{quantize} at load" if quantize else ""
 
 
-def read_generation_defaults(path: Path) -> dict:
-    """The model's generation_config.json as SamplingParams names (shown as defaults in settings)."""
-    file = path / "generation_config.json" if path.is_dir() else None
-    if file is None or not file.exists():
-        return {}
-    try:
-        config = json.loads(file.read_text())
-    except (OSError, ValueError):
-        return {}
-    defaults = {k: config[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty") if k in config}
-    if "max_new_tokens" in config:
-        defaults["max_tokens"] = config["max_new_tokens"]
-    if config.get("do_sample") is False:
-        defaults["temperature"] = 0.0
-    return defaults
+def read_generation_defaults(path: Path | None) -> dict:
+    """{SamplingParams field: (value, where it comes from)}: what a request that leaves it unset gets (the
+    engine's own rule, so the settings dialog shows what will be used)."""
+    from llmchat.engine.generation_defaults import read_generation_config, sampling_defaults
+    gen = read_generation_config(path) if path is not None and path.is_dir() else {}
+    return sampling_defaults(gen)
 
 
 class EngineManager:

@@ -20,12 +20,14 @@ class ScreenActions:
         return sorted(names)
 
     def model_defaults(self, model: str) -> dict:
+        """What an unset sampling field becomes for this model ({} for a remote one: its server decides)."""
         if is_remote(model):
-            return {}       # the server applies its own
-        try:
-            return read_generation_defaults(resolve_model(model, self.data_path)) if model else {}
-        except (FileNotFoundError, ValueError, OSError):
             return {}
+        try:
+            path = resolve_model(model, self.data_path) if model else None
+        except (FileNotFoundError, ValueError, OSError):
+            path = None
+        return read_generation_defaults(path)
 
     def action_session_settings(self) -> None:
         session = self.current

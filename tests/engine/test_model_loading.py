@@ -73,7 +73,8 @@ def test_model_facts_from_config_and_generation_config(tmp_path):
     runner = make_runner(folder, max_model_len=256)
     assert runner.eos_token_ids == [2, 5]
     assert runner.generation_defaults == {"temperature": 0.7, "top_k": 20, "top_p": 0.8,
-                                          "repetition_penalty": 1.1, "max_tokens": 64}
+                                          "repetition_penalty": 1.1, "max_tokens": 64,
+                                          "min_p": 0.05}   # the one value the model leaves unset: chat default
     assert runner.max_model_len == 256 and runner.vocab_size == 384
     assert runner.hf_config.model_type == "mistral"
     # K and V, 2 layers, 2 kv heads, 16 tokens, head_dim 16, fp32

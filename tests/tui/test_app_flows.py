@@ -50,8 +50,12 @@ async def test_session_settings_screen_validates_and_saves(dirs, chat_model):
         await pilot.press("f3")
         screen = app.screen
         assert isinstance(screen, SessionSettingsScreen)
-        # defaults come from the model's generation_config (do_sample=False -> temperature 0.0)
-        assert screen.query_one("#temperature", Input).placeholder == "model default: 0.0"
+        # defaults come from the model's generation_config (do_sample=False -> temperature 0.0), the rest
+        # from llmchat's chat defaults; the dialog says which is which
+        assert screen.query_one("#temperature", Input).placeholder == \
+            "0.0 (greedy: do_sample false in generation_config.json)"
+        assert screen.query_one("#top_k", Input).placeholder == "40 (llmchat chat default)"
+        assert screen.query_one("#seed", Input).placeholder == "random"
         screen.query_one("#top_p", Input).value = "2"
         await pilot.press("ctrl+s")
         assert "top_p must be in (0, 1]" in str(screen.query_one("#settings-error").render())

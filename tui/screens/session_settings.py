@@ -1,4 +1,4 @@
-"""Per-session settings: model, adapter, system prompt and sampling. Empty fields = the model's defaults."""
+"""Per-session settings: model, adapter, system prompt and sampling. Empty fields = the defaults shown in them."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -26,6 +26,16 @@ def parse_number(label: str, text: str, kind: type):
         raise ValueError(f"{label} must be {'an integer' if kind is int else 'a number'}, got {text!r}") from None
 
 
+def default_hint(name: str, defaults: dict) -> str:
+    """What an empty field means: the value a request gets and where it comes from."""
+    if name == "seed":
+        return "random"
+    if name not in defaults:
+        return "the server's default"      # a remote model: its server decides
+    value, source = defaults[name]
+    return f"{value} ({source})"
+
+
 class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="settings.cancel"),
                 Binding("ctrl+s", "save", "Save", id="settings.save")]
@@ -51,9 +61,8 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
                 with Horizontal(classes="form-row"):
                     yield Label(label, classes="form-label")
                     value = getattr(s, name)
-                    default = self.defaults.get(name)
-                    hint = f"model default: {default}" if default is not None else "model default"
-                    yield Input("" if value is None else str(value), placeholder=hint, id=name)
+                    yield Input("" if value is None else str(value), placeholder=default_hint(name, self.defaults),
+                                id=name)
             yield Label("", id="settings-error", classes="error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save (ctrl+s)", variant="primary", id="save")
