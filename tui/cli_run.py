@@ -41,22 +41,37 @@ def _resolve(model: str):
         raise FileNotFoundError(f"no model folder at {model}") from None
 
 
+def one_request_sizing(folder, prompt, max_tokens: int, kv_cache_gb: float | None) -> dict:
+    """One request: a KV cache for its prompt + max_tokens (within a quarter of free RAM), not a quarter of free
+    RAM for a reply of a few tokens; --kv-cache-gb sets it instead."""
+    if kv_cache_gb is not None:
+        return {}
+    from llmchat.engine.chat import load_tokenizer, prompt_to_token_ids
+    from llmchat.engine.model_loader import read_config
+    from llmchat.engine.models import ModelArgs
+    context = ModelArgs.from_config(read_config(folder)).max_position_embeddings
+    needed = len(prompt_to_token_ids(load_tokenizer(folder), prompt, vocab_size=2**31)) + max_tokens + 1
+    # The engine caps its cache to what max_num_seqs sequences of max_model_len tokens can use.
+    return {"max_num_seqs": 1, "max_model_len": min(needed, context)}
+
+
 def run(args: argparse.Namespace) -> int:
     from llmchat.engine import LLM, SamplingParams
 
-    llm = LLM(_resolve(args.model), dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
-              attention_backend=args.attention_backend, quantize=args.quantize)
+    folder = _resolve(args.model)
+    if args.raw:
+        prompt = args.prompt
+    else:
+        prompt = ([{"role": "system", "content": args.system}] if args.system else []) + \
+                 [{"role": "user", "content": args.prompt}]
+    llm = LLM(folder, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb, attention_backend=args.attention_backend,
+              quantize=args.quantize, **one_request_sizing(folder, prompt, args.max_tokens, args.kv_cache_gb))
     adapter = None
     if args.adapter:
         if not hasattr(llm, "load_adapter"):
             raise ValueError("this build of the engine cannot load adapters")
         adapter = "cli"
         llm.load_adapter(adapter, args.adapter)
-    if args.raw:
-        prompt = args.prompt
-    else:
-        prompt = ([{"role": "system", "content": args.system}] if args.system else []) + \
-                 [{"role": "user", "content": args.prompt}]
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, seed=args.seed)
     engine = llm.engine
