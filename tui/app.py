@@ -24,6 +24,7 @@ from .widgets.sidebar import Sidebar
 
 FRAME_INTERVAL = 1 / 30      # streamed text reaches the widgets at most this often (batched per frame)
 METRICS_INTERVAL = 0.5       # engine.metrics() polling
+SAVE_INTERVAL = 1.0          # streaming replies are written to SQLite this often
 HEALTH_INTERVAL = 5.0        # remote endpoints in use are asked whether they are up
 MAIN_SCREEN_ACTIONS = {"new_session", "rename_session", "delete_session", "stop", "regenerate", "continue_reply",
                        "session_settings", "models", "compare", "export_session", "next_session", "previous_session"}
@@ -116,6 +117,7 @@ class LlmChatApp(ChatActions, ScreenActions, App):
         else:
             await self.switch_to(max(self.sessions))
         self.set_interval(FRAME_INTERVAL, self.frame_tick)
+        self.set_interval(SAVE_INTERVAL, self.save_streaming_replies)
         self.metrics_timer = self.set_interval(METRICS_INTERVAL, self.poll_metrics)
         if self.engines.remote.endpoints:
             self.run_worker(self.ask_remote_models(), group="remote", exit_on_error=False)

@@ -70,10 +70,20 @@ class ChatActions:
                 if reply in session.messages:
                     session.messages.remove(reply)
             elif reply in session.messages and session.id in self.sessions:
-                # Saved once finished or stopped: a crash loses at most this partial reply.
-                self.db.update_message(reply) if reply.id is not None else self.db.add_message(session.id, reply)
+                self.save_reply(session.id, reply)
             if session.id in self.sessions:
                 self.refresh_session_item(session.id)
+
+    def save_reply(self, session_id: int, reply: ChatMessage) -> None:
+        self.db.update_message(reply) if reply.id is not None else self.db.add_message(session_id, reply)
+
+    def save_streaming_replies(self) -> None:
+        """Every second: the text of each streaming reply so far, one statement each (a crash loses at most a
+        second of it; at the next start it shows as interrupted)."""
+        for session_id, reply in list(self.replies.items()):
+            session = self.sessions.get(session_id)
+            if session is not None and reply.content and reply in session.messages:
+                self.save_reply(session_id, reply)
 
     async def action_stop(self) -> None:
         if self.editing is not None:

@@ -61,7 +61,7 @@ class ChatMessage:
 
     @property
     def cut_off(self) -> bool:
-        return self.role == "assistant" and self.finish_reason in ("length", "abort")
+        return self.role == "assistant" and self.finish_reason in ("length", "abort", "interrupted")
 
 
 @dataclass

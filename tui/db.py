@@ -113,6 +113,8 @@ class ChatDatabase:
 
     def load_messages(self, session_id: int) -> list[ChatMessage]:
         rows = self.conn.execute("SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,))
-        return [ChatMessage(role=r["role"], content=r["content"], id=r["id"], finish_reason=r["finish_reason"],
+        # A reply is saved while it streams with no finish reason: one still without it was cut by a crash.
+        return [ChatMessage(role=r["role"], content=r["content"], id=r["id"],
+                            finish_reason=r["finish_reason"] or ("interrupted" if r["role"] == "assistant" else None),
                             stats=ReplyStats(**json.loads(r["stats"])) if r["stats"] else None,
                             model=r["model"], adapter=r["adapter"]) for r in rows.fetchall()]

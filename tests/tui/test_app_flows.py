@@ -160,6 +160,9 @@ async def test_command_palette_runs_actions_and_help_lists_keys(dirs):
         await pilot.press("enter")
         await wait_until(pilot, lambda: len(app.sessions) == 2, what="new session from the palette")
         await press(pilot, "f1", until=lambda: isinstance(app.screen, HelpScreen), what="help")
+        # the Markdown widget takes its text when mounted: wait for it
+        await wait_until(pilot, lambda: app.screen.query("Markdown") and app.screen.query_one("Markdown").source,
+                         what="help text")
         text = app.screen.query_one("Markdown").source
         assert "`ctrl+n`" in text and "`f4`" in text and str(dirs["data"]) in text
 

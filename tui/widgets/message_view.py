@@ -58,6 +58,8 @@ class MessageView(Vertical, can_focus=True):
             parts.append("cut off (max tokens): ctrl+o continues")
         elif m.finish_reason == "abort":
             parts.append("stopped: ctrl+o continues")
+        elif m.finish_reason == "interrupted":
+            parts.append("interrupted (the app closed while it streamed): ctrl+o continues")
         elif m.finish_reason == "error":
             parts.append("error")
         return " · ".join(parts)
