@@ -26,6 +26,9 @@ def add_parser(subparsers) -> None:
                    help="LoRA: N sessions over K random adapters vs N base sessions, in one run (engine/lora/bench.py)")
     p.add_argument("--lora-adapters", type=int, default=4, help="adapters for --lora")
     p.add_argument("--lora-rank", type=int, default=16, help="rank of the --lora adapters (all projections)")
+    p.add_argument("--serve", action="store_true",
+                   help="HTTP cost: concurrent streaming clients of `llmchat serve` vs the in-process engine, one run")
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 16], help="concurrent HTTP clients for --serve")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
             return status
     if not args.model:
         raise ValueError("give a MODEL_PATH (or --kernels alone)")
+    if args.serve:
+        from llmchat.engine.server.bench import run_cli as run_serve_bench
+        from llmchat.tui.cli_run import _resolve
+        return run_serve_bench(_resolve(args.model), args)
     if args.lora:
         from llmchat.engine.lora.bench import run_cli as run_lora_bench
         from llmchat.tui.cli_run import _resolve

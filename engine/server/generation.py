@@ -109,8 +109,10 @@ async def sse_events(envelope: Envelope, stream, first, tokenizer, include_usage
             if include_usage:
                 yield envelope.usage_chunk(delta.metrics)
             break
-        if delta.text or logprobs:
+        if logprobs:
             yield envelope.chunk(delta.text, None, logprobs, with_usage_field=include_usage)
+        elif delta.text:
+            yield envelope.text_chunk(delta.text, include_usage)
         delta = await stream.__anext__()
     yield SSE_DONE
 

@@ -68,6 +68,18 @@ class Envelope:
     def __init__(self, request_id: str, model: str, chat: bool):
         self.id, self.model, self.chat = request_id, model, chat
         self.created = int(time.time())
+        self._text_chunk: dict[bool, tuple[str, str]] = {}
+
+    def text_chunk(self, content: str, with_usage_field: bool = False) -> str:
+        """chunk(content) for the common case (text only), from a pre-encoded frame: one small json.dumps
+        per token instead of the whole body's."""
+        frame = self._text_chunk.get(with_usage_field)
+        if frame is None:
+            marker = "\u0000TEXT\u0000"
+            whole = self.chunk(marker, with_usage_field=with_usage_field)
+            head, _, tail = whole.partition(json.dumps(marker))
+            frame = self._text_chunk[with_usage_field] = (head, tail)
+        return frame[0] + json.dumps(content, ensure_ascii=False) + frame[1]
 
     def head(self, chunk: bool) -> dict:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"

@@ -24,7 +24,9 @@ def make_server(specs: list[ModelSpec], settings: ServerSettings, host: str, por
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind before loading, so a busy port fails at once with a clear message."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio turns Nagle off (TCP_NODELAY) only on sockets that do, and with Nagle on, each
+    # small SSE event after the first waits for the client's delayed ACK (~40 ms)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))

@@ -1,0 +1,198 @@
+"""`llmchat bench MODEL --serve`: what HTTP costs. 1/8/16 concurrent streaming clients of `llmchat serve`
+vs the same streams on the in-process AsyncEngine, in one run, rounds alternating so both sides see the same
+machine state; aggregate tok/s, mean TTFT and their ratios.
+
+Both sides run the same requests: random token-id prompts (distinct per round, so no prefix-cache hits),
+greedy, a fixed number of new tokens. The server runs in its own process, as users run it; the HTTP clients
+(httpx, decoding only the events they need) run in this one, on the same cores.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+
+from ..sampling_params import SamplingParams
+
+
+def _prompt(n: int, seed: int, vocab: int) -> list[int]:
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(100, min(vocab, 30000) - 1, (n,), generator=g).tolist()
+
+
+async def _engine_round(engine, prompts: list[list[int]], new_tokens: int) -> tuple[float, float]:
+    params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+
+    async def one(prompt):
+        start, first, count = time.perf_counter(), None, 0
+        async for delta in engine.generate(prompt, params):
+            if delta.token_ids and first is None:
+                first = time.perf_counter() - start
+            count += len(delta.token_ids)
+        return first, count
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(one(p) for p in prompts))
+    wall = time.perf_counter() - t0
+    return sum(c for _, c in results) / wall, sum(f for f, _ in results) / len(results)
+
+
+async def _http_round(client: httpx.AsyncClient, prompts: list[list[int]], new_tokens: int) -> tuple[float, float]:
+    async def one(prompt):
+        body = {"model": None, "prompt": prompt, "max_tokens": new_tokens, "temperature": 0, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+        start, first, count = time.perf_counter(), None, 0
+        async with client.stream("POST", "/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                raise RuntimeError(f"llmchat serve answered {r.status_code}: {(await r.aread())[:200]!r}")
+            async for line in r.aiter_lines():
+                # a light client: decode only the events that matter (the first text, the usage at the end)
+                if first is None and line.startswith("data: {"):
+                    event = json.loads(line[6:])
+                    if event["choices"] and event["choices"][0]["text"]:
+                        first = time.perf_counter() - start
+                elif line.startswith('data: {') and '"usage": {' in line:
+                    count = json.loads(line[6:])["usage"]["completion_tokens"]
+        return first or 0.0, count
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(one(p) for p in prompts))
+    wall = time.perf_counter() - t0
+    return sum(c for _, c in results) / wall, sum(f for f, _ in results) / len(results)
+
+
+def _start_server(model_path, port: int, engine_args: list[str]) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "llmchat.tui.cli", "serve", str(model_path), "--port", str(port),
+           "--log-level", "warning", *engine_args]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
+def _wait_ready(proc: subprocess.Popen, base_url: str, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llmchat serve exited with {proc.returncode}: {proc.stderr.read()[-500:]}")
+        try:
+            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("llmchat serve did not become ready")
+
+
+def _cpu_seconds(process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+async def _measure(engine, base_url: str, clients: list[int], new_tokens: int, prompt_len: int, rounds: int,
+                   vocab: int, server_process=None) -> dict:
+    """Best round of each side per client count; CPU time per token of this process (in-process engine) and
+    of the server process (HTTP side), when it is ours to watch."""
+    import psutil
+    me = psutil.Process()
+    limits = httpx.Limits(max_connections=max(clients) + 4, max_keepalive_connections=max(clients) + 4)
+    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(600.0), limits=limits) as client:
+        warm = [_prompt(prompt_len, 1, vocab)]
+        await _engine_round(engine, warm, 8)
+        await _http_round(client, warm, 8)
+        figures = {}
+        for k in clients:
+            best = {"engine": (0.0, 0.0), "http": (0.0, 0.0)}
+            cpu = {"engine": 0.0, "http": 0.0}
+            for r in range(rounds):
+                for side in (("engine", "http") if r % 2 == 0 else ("http", "engine")):
+                    prompts = [_prompt(prompt_len, 10_000 * k + 100 * r + i + (50 if side == "http" else 0), vocab)
+                               for i in range(k)]
+                    watched = me if side == "engine" else server_process
+                    cpu0 = _cpu_seconds(watched) if watched is not None else 0.0
+                    got = (await _engine_round(engine, prompts, new_tokens) if side == "engine"
+                           else await _http_round(client, prompts, new_tokens))
+                    cpu[side] += (_cpu_seconds(watched) - cpu0) if watched is not None else 0.0
+                    if got[0] > best[side][0]:
+                        best[side] = got
+            (e_tok, e_ttft), (h_tok, h_ttft) = best["engine"], best["http"]
+            figures[k] = {"engine_tok_s": e_tok, "http_tok_s": h_tok, "http_over_engine": h_tok / e_tok,
+                          "engine_ttft_ms": e_ttft * 1e3, "http_ttft_ms": h_ttft * 1e3,
+                          "http_ttft_extra_ms": (h_ttft - e_ttft) * 1e3}
+            if server_process is not None:   # CPU per token, mean over the rounds (the engine's share included)
+                tokens = rounds * k * new_tokens
+                figures[k]["engine_cpu_us_per_token"] = cpu["engine"] / tokens * 1e6
+                figures[k]["server_cpu_us_per_token"] = cpu["http"] / tokens * 1e6
+        return figures
+
+
+def run(model_path, clients=(1, 8, 16), new_tokens: int = 64, prompt_len: int = 32, rounds: int = 3,
+        dtype: str = "auto", kv_cache_gb: float = 1.0, num_threads: int | None = None,
+        attention_backend: str = "kernels", quantize: str | None = None, server_url: str | None = None) -> dict:
+    """server_url: measure a server already running (the same model and settings) instead of starting one."""
+    from ..async_engine import AsyncEngine
+    from .run import bind_socket
+
+    proc = None
+    if server_url is None:
+        sock = bind_socket("127.0.0.1", 0)
+        port = sock.getsockname()[1]
+        sock.close()
+        engine_args = ["--dtype", dtype, "--kv-cache-gb", str(kv_cache_gb), "--attention", attention_backend]
+        engine_args += ["--threads", str(num_threads)] if num_threads else []
+        engine_args += ["--quantize", quantize] if quantize else []
+        server_url = f"http://127.0.0.1:{port}"
+        proc = _start_server(model_path, port, engine_args)
+    base_url = server_url
+    try:
+        engine = AsyncEngine(model_path, dtype=dtype, kv_cache_gb=kv_cache_gb, num_threads=num_threads,
+                             attention_backend=attention_backend, quantize=quantize)
+        if proc is not None:
+            _wait_ready(proc, base_url)
+        vocab = engine.engine.vocab_size
+
+        async def main():
+            try:
+                import psutil
+                watched = psutil.Process(proc.pid) if proc is not None else None
+                return await _measure(engine, base_url, list(clients), new_tokens, prompt_len, rounds, vocab,
+                                      watched)
+            finally:
+                await engine.shutdown()
+        figures = asyncio.run(main())
+        import torch
+        return {"model": str(model_path), "dtype": str(engine.engine.runner.dtype).replace("torch.", ""),
+                "threads": torch.get_num_threads(), "new_tokens": new_tokens, "prompt_len": prompt_len,
+                "rounds": rounds, "clients": {str(k): v for k, v in figures.items()}}
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def format_report(r: dict) -> str:
+    lines = [f"llmchat bench --serve: {r['model']} ({r['dtype']}, {r['threads']} threads; {r['new_tokens']} new "
+             f"tokens per stream, {r['prompt_len']}-token prompts, best of {r['rounds']} alternating rounds)",
+             f"{'clients':>7}{'in-process tok/s':>18}{'HTTP tok/s':>12}{'HTTP/in-proc':>14}"
+             f"{'TTFT in-proc ms':>17}{'TTFT HTTP ms':>14}{'+ms':>8}"]
+    for k, f in r["clients"].items():
+        lines.append(f"{k:>7}{f['engine_tok_s']:>18.1f}{f['http_tok_s']:>12.1f}{f['http_over_engine']:>13.1%} "
+                     f"{f['engine_ttft_ms']:>16.1f}{f['http_ttft_ms']:>14.1f}{f['http_ttft_extra_ms']:>8.1f}")
+    cpu = [(k, f) for k, f in r["clients"].items() if "server_cpu_us_per_token" in f]
+    if cpu:
+        lines.append("CPU per token, engine included: " + ", ".join(
+            f"{k} clients: in-process {f['engine_cpu_us_per_token']:.0f} us, server {f['server_cpu_us_per_token']:.0f} us"
+            for k, f in cpu) + " (the HTTP clients' own CPU is on the same cores and not counted)")
+    return "\n".join(lines)
+
+
+def run_cli(model_path, args) -> int:
+    result = run(model_path, clients=args.clients, new_tokens=args.tokens, dtype=args.dtype,
+                 kv_cache_gb=args.kv_cache_gb, num_threads=args.threads, attention_backend=args.attention_backend,
+                 quantize=args.quantize)
+    print(json.dumps(result, indent=2) if args.json else format_report(result))
+    return 0
