@@ -43,6 +43,11 @@ class AsyncEngine:
     def config(self):
         return self.engine.config
 
+    @property
+    def max_model_len(self) -> int:
+        """Prompt + generated tokens a request may hold (the server lists it per model)."""
+        return self.engine.max_model_len
+
     def metrics(self) -> MetricsSnapshot:
         return self.engine.metrics_snapshot()
 

@@ -51,7 +51,7 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
         return {"object": "list", "data": [
             {"id": m.id, "object": "model", "created": m.created, "owned_by": "llmchat",
              "root": m.id if m.parent is None else m.adapter, "parent": m.parent,
-             "max_model_len": m.engine.engine.max_model_len} for m in state.models.values()]}
+             "max_model_len": m.engine.max_model_len} for m in state.models.values()]}
 
     @app.get("/v1/models/{model_id:path}", summary="one model")
     async def get_model(model_id: str):
