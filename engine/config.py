@@ -22,6 +22,9 @@ class EngineConfig:
     num_threads: int | None = None       # torch intra-op threads; None = torch's default
     max_adapters: int = 8                # LoRA adapters resident at once (LRU beyond that)
     adapter_memory_gb: float = 1.0       # memory budget of resident LoRA adapters
+    # A request's tokens and logits do not depend on the batch, the prefix cache, chunking or threads (the
+    # kernels backend; docs/performance.md, Determinism). False: library GEMMs for prefill-size steps (A/B bench).
+    deterministic: bool = True
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)

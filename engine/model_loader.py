@@ -126,8 +126,10 @@ def _target(name: str) -> tuple[str, int | None]:
 
 
 def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: int, ops, kernels,
-                progress: LoadProgress | None = None, quantize: str | None = None) -> CausalLM:
-    """quantize: "q8_0" | "q4_0" | "q4_k" quantizes a 16/32-bit checkpoint's projections while loading."""
+                progress: LoadProgress | None = None, quantize: str | None = None,
+                deterministic: bool = True) -> CausalLM:
+    """quantize: "q8_0" | "q4_0" | "q4_k" quantizes a 16/32-bit checkpoint's projections while loading.
+    deterministic: projections whose rows do not depend on the step's size (EngineConfig.deterministic)."""
     args = ModelArgs.from_config(config)
     with torch.device("meta"):
         model = MODEL_CLASSES[args.architecture](args, ops, kernels)
@@ -149,7 +151,8 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
             from .quant.quantize import quantize_model
             quantize_model(model, quantize)
             total = read_bytes + model.preparation_bytes()
-    model.finish_init(max_positions, progress and (lambda done: progress(read_bytes + done, total)))
+    model.finish_init(max_positions, progress and (lambda done: progress(read_bytes + done, total)),
+                      deterministic=deterministic)
     if progress is not None:
         progress(total, total)
     return model.eval()

@@ -55,7 +55,7 @@ class ModelRunner:
         self.attention_backend = "kernels" if self.kernels is not None else "torch"
         with torch.inference_mode():
             self.model = build_model(folder, raw, self.dtype, self.max_model_len, self.ops, self.kernels,
-                                     load_progress, quantize=config.quantize)
+                                     load_progress, quantize=config.quantize, deterministic=config.deterministic)
         self.key_caches: list[torch.Tensor] = []
         self.value_caches: list[torch.Tensor] = []
         self.num_blocks = 0

@@ -15,7 +15,10 @@ bf16 weights are pre-packed for oneDNN after loading (`pack()`): torch's plain b
 
 With the kernels backend (`finalize(kernels=...)`), steps of at most SMALL_M_MAX tokens (decode) run
 `kernels.linear_small_m`, which streams the weight at memory bandwidth; larger steps (prefill) keep the GEMM
-path above, which stays the oracle. Where bf16 weights pack into 16-row panels (AVX512-BF16), the panels run
+path above, which stays the oracle. Deterministic (`finalize(deterministic=True)`, the engine's default): every
+step size runs linear_small_m, whose output rows each take one fixed sequence of operations set by K alone
+(threads split the weight rows, never K), so a token's projection is the same bits in a decode step, a batch
+or a prefill chunk; the library GEMM blocks K by M and thread count and gives no such promise. Where bf16 weights pack into 16-row panels (AVX512-BF16), the panels run
 every step size and are the only copy of the weight kept (a tied lm_head keeps the shared dense tensor).
 
 Quantized weights (GGUF files, `--quantize`): each fused slice is a `QuantWeight` set with `set_quantized`;
@@ -93,10 +96,11 @@ class Linear(nn.Module):
                 runs.append((self.slice_offsets[i], [w]))
         return [(start, ws[0] if len(ws) == 1 else QuantWeight.cat(ws)) for start, ws in runs]
 
-    def finalize(self, keep_dense: bool = False, kernels=None) -> None:
+    def finalize(self, keep_dense: bool = False, kernels=None, deterministic: bool = False) -> None:
         """After loading: pack if worthwhile, then keep plain references for forward (nn.Module's
         __getattr__ for parameters costs microseconds per access on the hot path). Call again after
-        replacing the weights. kernels: the llmchat.kernels module to run small steps with, or None."""
+        replacing the weights. kernels: the llmchat.kernels module to run small steps with, or None.
+        deterministic: the small-M kernel runs every step size (rows independent of M, see the module doc)."""
         self.small_m_weight = None
         if self.quantized:
             self._finalize_quantized(kernels)
@@ -106,13 +110,14 @@ class Linear(nn.Module):
         # bf16 panels run every step size about as fast as oneDNN (0.9-1.08x from M=64 to 1024, measured), so
         # they are the only copy kept: no second, oneDNN-packed copy of the weight, no OpenMP pool in the step.
         panels_only = self.small_m_weight is not None and self.small_m_weight.dim() == 3
+        every_m = panels_only or (deterministic and self.small_m_weight is not None)
         if panels_only:
             if not keep_dense:
                 del self.weight
                 self.register_parameter("weight", None)
-        elif self.weight is not None and self.weight.device.type == "cpu":
-            self.pack(keep_dense)
-        small_max = sys.maxsize if panels_only else SMALL_M_MAX
+        elif self.weight is not None and self.weight.device.type == "cpu" and not every_m:
+            self.pack(keep_dense)   # (with every_m the dense weight is what the small-M kernel reads)
+        small_max = sys.maxsize if every_m else SMALL_M_MAX
         self.__dict__["_small_max"] = small_max if self.small_m_weight is not None else -1
         self.__dict__["_small_op"] = torch.ops.llmchat.linear_small_m if self.small_m_weight is not None else None
         self.__dict__["_w"] = self.packed_weight if self.packed_weight is not None else self.weight

@@ -167,9 +167,11 @@ class CausalLM(nn.Module):
         return 2 * sum(m.weight.nbytes for m in self.modules()
                        if isinstance(m, Linear) and m.weight is not None and not m.is_quantized)
 
-    def finish_init(self, max_positions: int, progress: Callable[[int], None] | None = None) -> None:
+    def finish_init(self, max_positions: int, progress: Callable[[int], None] | None = None,
+                    deterministic: bool = True) -> None:
         """After the weights exist on CPU: tie embeddings, build the shared rotary cache, prepare the
-        projections; progress(bytes prepared) as it goes (see preparation_bytes)."""
+        projections; progress(bytes prepared) as it goes (see preparation_bytes). deterministic: projections
+        whose rows do not depend on the step's size (layers/linear.py)."""
         table = self.quantized_embedding
         if self.args.tie_word_embeddings and table is not None:
             self.lm_head.set_quantized(None, table)
@@ -183,7 +185,7 @@ class CausalLM(nn.Module):
             if isinstance(module, Linear):
                 weight_bytes = module.weight.nbytes if module.weight is not None and not module.is_quantized else 0
                 module.finalize(keep_dense=module is self.lm_head and self.args.tie_word_embeddings,
-                                kernels=self._kernels)
+                                kernels=self._kernels, deterministic=deterministic)
                 prepared += weight_bytes
                 if progress is not None:
                     progress(prepared)

@@ -4,6 +4,16 @@
 #include <atomic>
 #include <utility>
 
+#include "../vec/vec.h"  // the intrinsics headers, before the pragma (their inline functions keep their options)
+
+// No compiler-chosen fused multiply-adds (as in quant_linear.cpp): each output's float operations are the ones
+// written, in every template instance, so a row's result does not depend on which tile shape computed it.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "attention_tile.h"
 
 namespace llmchat {
@@ -12,7 +22,6 @@ namespace {
 using attn::Tile;
 
 constexpr int kMaxTileRows = 64;      // query rows (tokens x group heads x kv heads) per tile
-constexpr int kMinSplitTokens = 256;  // never split a key range into parts shorter than this
 constexpr int kMinStreamKeys = 1024;  // key ranges at least this long are read by multi-head tiles
 
 struct Merge {
@@ -36,14 +45,16 @@ int heads_per_tile(const PagedAttentionArgs& a, int num_q, int num_keys) {
   return std::clamp(kMaxTileRows / (num_q * G), 1, a.num_kv_heads);
 }
 
-// Keys seen by query tokens at positions [p0, p0 + nq): all before them, or the sliding window's.
+// Keys seen by query tokens at positions [p0, p0 + nq): all before them, or the sliding window's, from the
+// window's first whole chunk (the keys before the window are masked), so every walk starts at a chunk edge.
 std::pair<int, int> key_range(const PagedAttentionArgs& a, int p0, int nq) {
-  return {a.sliding_window > 0 ? std::max(0, p0 - a.sliding_window + 1) : 0, p0 + nq};
+  const int chunk = attn::chunk_keys(a.block_size);
+  const int lo = a.sliding_window > 0 ? std::max(0, p0 - a.sliding_window + 1) : 0;
+  return {lo / chunk * chunk, p0 + nq};
 }
 
 Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
   const int G = a.num_q_heads / a.num_kv_heads, tile_q = std::max(1, kMaxTileRows / G);
-  const int chunk = attn::chunk_keys(a.block_size);
   int64_t base_units = 0;
   for (int s = 0; s < a.num_seqs; ++s) {
     const int q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
@@ -55,9 +66,11 @@ Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
       base_units += (a.num_kv_heads + hpt - 1) / hpt;
     }
   }
-  // Too few tiles to keep every thread busy: split long key ranges (flash-decoding).
+  // Too few tiles to keep every thread busy: split long key ranges (flash-decoding), one part per softmax
+  // segment. The results are the same split or not (see segment_keys), so this choice may follow the threads.
   const int64_t want = 8 * int64_t(num_threads);
-  const int64_t factor = (num_threads > 1 && base_units > 0 && base_units < want) ? (want + base_units - 1) / base_units : 1;
+  const bool split = num_threads > 1 && base_units > 0 && base_units < want;
+  const int seg = attn::segment_keys(a.block_size);
 
   Plan plan;
   for (int s = 0; s < a.num_seqs; ++s) {
@@ -66,13 +79,8 @@ Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
     for (int t0 = 0; t0 < q_len; t0 += tile_q) {
       const int nq = std::min(tile_q, q_len - t0), p0 = first + t0;
       const auto [kv_lo, kv_hi] = key_range(a, p0, nq);
-      const int len = kv_hi - kv_lo;
-      int parts = int(std::min<int64_t>(factor, std::max(1, len / kMinSplitTokens)));
-      int part_len = len;
-      if (parts > 1) {  // whole chunks per part, so a part's chunks match a grouped cache's runs
-        part_len = ((len + parts - 1) / parts + chunk - 1) / chunk * chunk;
-        parts = (len + part_len - 1) / part_len;
-      }
+      const int len = kv_hi - kv_lo, first_seg = kv_lo / seg;
+      const int parts = split ? (kv_hi - 1) / seg - first_seg + 1 : 1;
       const int hpt = heads_per_tile(a, nq, len);
       for (int h = 0; h < a.num_kv_heads; h += hpt) {
         const Tile whole{s, h, std::min(hpt, a.num_kv_heads - h), q0 + t0, nq, p0, kv_lo, kv_hi, -1};
@@ -84,8 +92,8 @@ Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
         plan.merges.push_back({whole, parts, plan.partial_floats, stride});
         for (int i = 0; i < parts; ++i) {
           Tile part = whole;
-          part.kv_begin = kv_lo + i * part_len;
-          part.kv_end = std::min(kv_hi, part.kv_begin + part_len);
+          part.kv_begin = std::max(kv_lo, (first_seg + i) * seg);
+          part.kv_end = std::min(kv_hi, (first_seg + i + 1) * seg);
           part.partial = plan.partial_floats;
           plan.tiles.push_back(part);
           plan.partial_floats += stride;
@@ -99,7 +107,7 @@ Plan plan_tiles(const PagedAttentionArgs& a, int num_threads) {
   return plan;
 }
 
-// Combines the parts of one split tile: out = sum_i acc_i e^(m_i - M) / sum_i l_i e^(m_i - M).
+// Combines the parts (softmax segments) of one split tile: folded in key order, as an unsplit tile folds them.
 template <typename T>
 void merge_parts(const PagedAttentionArgs& a, const Merge& mg, const float* partials) {
   const int G = a.num_q_heads / a.num_kv_heads, D = a.head_size, rows = mg.tile.num_q * G * mg.tile.num_heads;
@@ -107,17 +115,10 @@ void merge_parts(const PagedAttentionArgs& a, const Merge& mg, const float* part
   std::vector<float> row(D);
   for (int r = 0; r < rows; ++r) {
     float M = attn::kNegInf, L = 0.f;
-    for (int i = 0; i < mg.num_parts; ++i)
-      M = std::max(M, partials[mg.first_partial + i * mg.partial_stride + rows * D + 2 * r]);
     std::fill(row.begin(), row.end(), 0.f);
     for (int i = 0; i < mg.num_parts; ++i) {
       const float* p = partials + mg.first_partial + i * mg.partial_stride;
-      const float mi = p[rows * D + 2 * r], li = p[rows * D + 2 * r + 1];
-      if (li == 0.f) continue;
-      const float w = std::exp(mi - M);
-      L += li * w;
-      const vec::VecF wv = vec::VecF::set1(w);
-      for (int c = 0; c < D; c += 16) vec::fma(vec::VecF::load(p + r * D + c), wv, vec::VecF::load(&row[c])).store(&row[c]);
+      attn::fold_segment(row.data(), M, L, p + r * D, p[rows * D + 2 * r], p[rows * D + 2 * r + 1], D);
     }
     const vec::VecF inv = vec::VecF::set1(L > 0.f ? 1.f / L : 0.f);
     T* orow = out + attn::row_offset(mg.tile, G, r, a.o_stride_token, a.o_stride_head);

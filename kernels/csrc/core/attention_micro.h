@@ -38,10 +38,10 @@ struct Bf16Dot {
 
 // Query rows per QK group: 4 rows x 4 keys of accumulators need the 32-register files of AVX-512.
 inline constexpr int kQkRows = vec::kRegVecs >= 32 ? 4 : 1;
-// Independent accumulators per row in PV, so FMA latency is hidden without spilling registers.
-constexpr int pv_split(int rows) {
-  return vec::kRegVecs >= 32 ? (rows >= 3 ? 2 : 4) : (rows == 1 ? 2 : 1);
-}
+// Independent accumulators per row in PV, so FMA latency is hidden without spilling registers. Key j of a
+// chunk always goes to accumulator j % kPvSplit (chunks and blocks start at even positions), the same for every
+// row count and run layout, so a row's sum is the same in any tile.
+inline constexpr int kPvSplit = vec::kRegVecs >= 32 ? 2 : 1;
 
 // Dot products of R query rows with keys j..j+3, as one 4-lane sum per row.
 template <typename Dot, int NC, int R, typename T>
@@ -88,14 +88,23 @@ inline void qk_rows(const typename Dot::Q* q, int ldq, const T* k, int n, int nc
       const auto kv = Dot::load_k(k + int64_t(j) * D + c * L);
       for (int r = 0; r < R; ++r) acc[r] = Dot::madd(acc[r], q + r * ldq + c * L, kv);
     }
-    for (int r = 0; r < R; ++r) S[r * ldS + j] = vec::reduce_add(acc[r]);
+    // the same reduction tree as a key inside a group of four (reduce_add4), so a key's score does not
+    // depend on where the run it sits in ends
+    const VecF z = VecF::zero();
+    for (int r = 0; r < R; ++r) {
+      float sums[4];
+      vec::store4(sums, vec::reduce_add4(acc[r], z, z, z));
+      S[r * ldS + j] = sums[0];
+    }
   }
 }
 
-// acc_r += sum_j P[r, j] * v_j for R rows, one 16-lane column chunk at a time (acc stays in registers).
+// acc_r += sum_j P[r, j] * v_j for R rows over the runs of one chunk (P's columns in the same order), one 16-lane
+// column chunk at a time (acc stays in registers across the runs).
 template <int NC, int R, typename T>
-inline void pv_rows(const float* P, int ldP, const T* v, int n, int nc_rt, float* acc, int ldacc, Prefetch& pf) {
-  constexpr int J = pv_split(R);
+inline void pv_rows(const float* P, int ldP, const KeyRun<T>* runs, int num_runs, int nc_rt, float* acc, int ldacc,
+                    Prefetch& pf) {
+  constexpr int J = kPvSplit;
   const int nc = NC ? NC : nc_rt, D = nc * 16;
   for (int c = 0; c < nc; ++c) {
     VecF a[J][R];
@@ -103,17 +112,23 @@ inline void pv_rows(const float* P, int ldP, const T* v, int n, int nc_rt, float
       a[0][r] = VecF::load(acc + r * ldacc + c * 16);
       for (int u = 1; u < J; ++u) a[u][r] = VecF::zero();
     }
-    int j = 0;
-    for (; j + J <= n; j += J) {
-      pf.step(1);
-      for (int u = 0; u < J; ++u) {
-        VecF vv = VecF::load(v + int64_t(j + u) * D + c * 16);
-        for (int r = 0; r < R; ++r) a[u][r] = vec::fma(VecF::set1(P[r * ldP + j + u]), vv, a[u][r]);
+    const float* Pc = P;
+    for (int i = 0; i < num_runs; ++i) {
+      const T* v = runs[i].rows;
+      const int n = runs[i].n;
+      int j = 0;
+      for (; j + J <= n; j += J) {
+        pf.step(1);
+        for (int u = 0; u < J; ++u) {
+          VecF vv = VecF::load(v + int64_t(j + u) * D + c * 16);
+          for (int r = 0; r < R; ++r) a[u][r] = vec::fma(VecF::set1(Pc[r * ldP + j + u]), vv, a[u][r]);
+        }
       }
-    }
-    for (; j < n; ++j) {
-      VecF vv = VecF::load(v + int64_t(j) * D + c * 16);
-      for (int r = 0; r < R; ++r) a[0][r] = vec::fma(VecF::set1(P[r * ldP + j]), vv, a[0][r]);
+      for (; j < n; ++j) {
+        VecF vv = VecF::load(v + int64_t(j) * D + c * 16);
+        for (int r = 0; r < R; ++r) a[j % J][r] = vec::fma(VecF::set1(Pc[r * ldP + j]), vv, a[j % J][r]);
+      }
+      Pc += n;
     }
     for (int r = 0; r < R; ++r) {
       for (int u = 1; u < J; ++u) a[0][r] = a[0][r] + a[u][r];
@@ -220,13 +235,14 @@ inline void qk_all(const typename Dot::Q* q, int rows, int D, const T* k, int n,
 }
 
 template <int NC, typename T>
-inline void pv_all(const float* P, int ldP, int rows, const T* v, int n, int D, float* acc, Prefetch& pf) {
+inline void pv_all(const float* P, int ldP, int rows, const KeyRun<T>* runs, int num_runs, int D, float* acc,
+                   Prefetch& pf) {
   int r = 0;
-  for (; r + kRowBlock <= rows; r += kRowBlock) pv_rows<NC, 4>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D, pf);
+  for (; r + kRowBlock <= rows; r += kRowBlock) pv_rows<NC, 4>(P + r * ldP, ldP, runs, num_runs, D / 16, acc + r * D, D, pf);
   switch (rows - r) {
-    case 1: pv_rows<NC, 1>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D, pf); break;
-    case 2: pv_rows<NC, 2>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D, pf); break;
-    case 3: pv_rows<NC, 3>(P + r * ldP, ldP, v, n, D / 16, acc + r * D, D, pf); break;
+    case 1: pv_rows<NC, 1>(P + r * ldP, ldP, runs, num_runs, D / 16, acc + r * D, D, pf); break;
+    case 2: pv_rows<NC, 2>(P + r * ldP, ldP, runs, num_runs, D / 16, acc + r * D, D, pf); break;
+    case 3: pv_rows<NC, 3>(P + r * ldP, ldP, runs, num_runs, D / 16, acc + r * D, D, pf); break;
   }
 }
 

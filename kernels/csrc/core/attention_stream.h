@@ -14,10 +14,12 @@ namespace llmchat::attn {
 // Into L2, not L1: requests to L1 stall on its few miss buffers (measured: half the read rate).
 inline constexpr int kHint = 1;
 
-// Key chunks of a tile: whole blocks up to chunk_keys keys (a partial block at either end of the range).
+// Key chunks of a tile: [k0, the next multiple of chunk_keys), cut at the range's end. Chunks sit at absolute
+// key positions (chunk_keys is a whole number of blocks), so a query row meets the same chunks whatever tile,
+// step or prefix-cache hit it is computed in (determinism: the softmax state moves chunk by chunk).
 struct ChunkRule {
   int block_size, chunk_keys, kv_end;
-  int end(int k0) const { return std::min(kv_end, std::max(k0 + 1, (k0 + chunk_keys) / block_size * block_size)); }
+  int end(int k0) const { return std::min(kv_end, (k0 / chunk_keys + 1) * chunk_keys); }
 };
 
 // Lines to request while a micro-kernel runs: a few address ranges, so its loops stay free of calls (a call

@@ -26,7 +26,7 @@ struct Tile {
 };
 
 struct Scratch {
-  std::vector<float> q, acc, scores, m, l;
+  std::vector<float> q, acc, scores, m, l, total, total_m, total_l;
   std::vector<bf16_t> q_bf16, probs_bf16;
   Prefetch prefetch;
   void reserve(int rows, int head_size, int score_rows, int score_stride) {
@@ -38,12 +38,39 @@ struct Scratch {
     m.resize(rows);
     l.resize(rows);
   }
+  void reserve_totals(int rows, int head_size) {
+    total.resize(size_t(rows) * head_size);
+    total_m.resize(rows);
+    total_l.resize(rows);
+  }
 };
 
 // Keys per softmax step: several blocks at once, so the row max/sum reductions and accumulator
 // rescales happen once per 64 keys rather than once per block.
 inline constexpr int kChunkKeys = 64;
 inline int chunk_keys(int block_size) { return std::max(block_size, kChunkKeys / block_size * block_size); }
+
+// Keys per softmax segment: each segment of absolute key positions [i * seg, (i + 1) * seg) gets its own
+// online softmax, and segments are folded in key order (fold_segment). A flash-decoding split is then one
+// segment per part and its merge the same folds: a row's result is the same split or not, whatever the
+// thread count or the rest of the batch.
+inline int segment_keys(int block_size) { return 8 * chunk_keys(block_size); }
+
+// (A, M, L) += one segment's (a, m, l) for one row of D values, in key order; L == 0 means empty so far.
+// std::fma and plain products: the operations are the ones written wherever this is inlined.
+inline void fold_segment(float* A, float& M, float& L, const float* a, float m, float l, int D) {
+  if (l == 0.f) return;
+  if (L == 0.f) {
+    for (int c = 0; c < D; c += 16) VecF::load(a + c).store(A + c);
+    M = m, L = l;
+    return;
+  }
+  const float Mn = std::max(M, m), wa = std::exp(M - Mn), wb = std::exp(m - Mn);
+  const VecF va = VecF::set1(wa), vb = VecF::set1(wb);
+  for (int c = 0; c < D; c += 16) vec::fma(VecF::load(a + c), vb, VecF::load(A + c) * va).store(A + c);
+  L = std::fma(l, wb, L * wa);
+  M = Mn;
+}
 
 // Offset (elements) of query row r of a tile in a [T, Hq, D] tensor with the given strides.
 inline int64_t row_offset(const Tile& t, int G, int r, int64_t stride_token, int64_t stride_head) {
@@ -147,7 +174,23 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
     }
     return count;
   };
+  const int seg = segment_keys(bs);
+  bool folded = false;   // some segment is in the totals already
+  auto fold_rows = [&] {
+    if (!folded) {
+      s.reserve_totals(rows, D);
+      for (int r = 0; r < rows; ++r) s.total_l[r] = 0.f, s.total_m[r] = kNegInf;
+      folded = true;
+    }
+    for (int r = 0; r < rows; ++r) {
+      fold_segment(s.total.data() + r * D, s.total_m[r], s.total_l[r], acc + r * D, m[r], l[r], D);
+      for (int c = 0; c < D; c += 16) VecF::zero().store(acc + r * D + c);
+      m[r] = kNegInf;
+      l[r] = 0.f;
+    }
+  };
   for (int k0 = t.kv_begin; k0 < t.kv_end;) {
+    if (k0 > t.kv_begin && k0 % seg == 0) fold_rows();   // a new segment: fresh softmax state
     const int k1 = chunks.end(k0), nk = k1 - k0, n_pad = round_up16(nk);
     const bool need_mask = k1 - 1 > min_pos || (win > 0 && max_pos - k0 >= win);
     for (int hi = 0; hi < t.num_heads; ++hi) {
@@ -189,16 +232,16 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
         }
       }
 #endif
-      float* Pc = S;
-      for (int i = 0; i < num_runs; ++i) {
-        pv_all<NC>(Pc, ldS, rows_h, runs[i].rows, runs[i].n, D, acc_h, pf);
-        Pc += runs[i].n;
-      }
+      pv_all<NC>(S, ldS, rows_h, runs, num_runs, D, acc_h, pf);
       pf.finish();
     }
     k0 = k1;
   }
 
+  if (folded) {  // the last segment joins the others; the totals are the result
+    fold_rows();
+    acc = s.total.data(), m = s.total_m.data(), l = s.total_l.data();
+  }
   if (t.partial >= 0) {  // flash-decoding split: keep unnormalized acc + (max, sum) for the merge
     float* p = partials + t.partial;
     for (int i = 0; i < rows * D; ++i) p[i] = acc[i];

@@ -4,7 +4,16 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../vec/vec.h"
+#include "../vec/vec.h"  // the intrinsics headers, before the pragma (their inline functions keep their options)
+
+// No compiler-chosen fused multiply-adds (as in quant_linear.cpp): each output's float operations are the ones
+// written, in every template instance, so a row's result does not depend on which tile shape computed it.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "dispatch.h"
 #include "dot_step.h"
 #include "gemv.h"
