@@ -30,7 +30,7 @@ def api_schema(fuzz_server):
 
 
 @schema.parametrize()
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture])
 def test_no_server_errors(case, fuzz_server):
     if isinstance(case.body, dict) and isinstance(case.body.get("model"), str):
@@ -52,7 +52,7 @@ SAMPLING = st.fixed_dictionaries({"messages": st.just([{"role": "user", "content
 
 
 @given(body=SAMPLING)
-@settings(max_examples=30, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 def test_any_valid_sampling_settings_are_served(fuzz_server, body):
     if "top_logprobs" in body and "logprobs" not in body:
         body["logprobs"] = True
