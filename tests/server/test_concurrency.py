@@ -22,7 +22,9 @@ LONG = 480   # the tiny model's context is 512: room for a short prompt and a lo
 def server(served_model):
     model, a_dir, b_dir = served_model
     spec = ModelSpec("tiny", model, [("tiny-a", str(a_dir)), ("tiny-b", str(b_dir))])
-    with ThreadServer([spec], serve_settings(max_pending=MAX_PENDING)) as s:
+    # the kernels, as users run them: batch composition must not change a greedy stream (deterministic mode)
+    settings = serve_settings(max_pending=MAX_PENDING, engine_kwargs={"attention_backend": "kernels"})
+    with ThreadServer([spec], settings) as s:
         yield s
 
 
