@@ -72,7 +72,8 @@ class ServerState:
                 for name, adapter_path in spec.adapters:
                     await engine.load_adapter(name, adapter_path)
                     self.models[name] = ServedModel(name, engine, adapter=name, parent=spec.id)
-                log.info("serving %s (%d adapter(s))", spec.id, len(spec.adapters))
+                adapters = f" with adapters {', '.join(name for name, _ in spec.adapters)}" if spec.adapters else ""
+                log.info("ready: %s%s", spec.id, adapters)
         except Exception as exc:   # a model that cannot load: every request says why, with a 503
             log.exception("loading failed")
             self.load_error = f"{type(exc).__name__}: {exc}"
