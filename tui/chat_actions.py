@@ -35,14 +35,17 @@ class ChatActions:
         prompt = self.main.query_one(PromptInput)
         prompt.remember(event.text)
         prompt.clear()
-        session.messages.append(self.db.add_message(session.id, ChatMessage("user", event.text)))
+        sent = self.db.add_message(session.id, ChatMessage("user", event.text))
+        session.messages.append(sent)
         if session.title.startswith("New chat"):
             session.title = event.text.splitlines()[0][:40]
             self.db.rename_session(session.id, session.title)
             self.sub_title = session.title
-        self.start_reply(session)
+        self.start_reply(session, sent=sent)
 
-    def start_reply(self, session: ChatSession, continue_from: ChatMessage | None = None) -> None:
+    def start_reply(self, session: ChatSession, continue_from: ChatMessage | None = None,
+                    sent: ChatMessage | None = None) -> None:
+        """sent: the user message this reply answers, when it was just typed (taken back if nothing comes)."""
         if continue_from is None:
             reply = ChatMessage("assistant", "", model=session.settings.model, adapter=session.settings.adapter)
             session.messages.append(reply)
@@ -51,16 +54,17 @@ class ChatActions:
             reply.finish_reason = None
         self.replies[session.id] = reply
         self.reply_workers[session.id] = self.run_worker(
-            self._run_reply(session, reply, continuing=continue_from is not None),
+            self._run_reply(session, reply, continuing=continue_from is not None, sent=sent),
             group=f"session-{session.id}", exit_on_error=False)
         self.refresh_session_item(session.id)
 
-    async def _run_reply(self, session: ChatSession, reply: ChatMessage, continuing: bool) -> None:
+    async def _run_reply(self, session: ChatSession, reply: ChatMessage, continuing: bool,
+                         sent: ChatMessage | None = None) -> None:
         try:
             await stream_reply(self.engines, session, reply, continuing,
                                on_request=lambda engine, rid: self.requests.__setitem__(session.id, (engine, rid)))
         except EXPECTED_ERRORS as exc:
-            reply.finish_reason = "error"
+            reply.finish_reason, reply.error = "error", str(exc)
             self.notify(str(exc), title="Generation failed", severity="error", timeout=10)
         finally:
             self.replies.pop(session.id, None)
@@ -69,10 +73,24 @@ class ChatActions:
             if reply.finish_reason == "error" and not reply.content:
                 if reply in session.messages:
                     session.messages.remove(reply)
+                self.take_back(session, sent)
             elif reply in session.messages and session.id in self.sessions:
                 self.save_reply(session.id, reply)
             if session.id in self.sessions:
                 self.refresh_session_item(session.id)
+
+    def take_back(self, session: ChatSession, sent: ChatMessage | None) -> None:
+        """A send that got no reply leaves the chat as it was: the message leaves it and returns to the input
+        (so the next prompt never holds two user turns in a row, and nothing typed is lost)."""
+        if sent is None or not session.messages or session.messages[-1] is not sent:
+            return
+        session.messages.pop()
+        if sent.id is not None:
+            self.db.delete_messages_from(session.id, sent.id)
+        if session.id == self.current_id and self.screen_stack:
+            prompt = self.main.query_one(PromptInput)
+            if not prompt.text.strip():
+                prompt.load_text(sent.content)
 
     def save_reply(self, session_id: int, reply: ChatMessage) -> None:
         self.db.update_message(reply) if reply.id is not None else self.db.add_message(session_id, reply)

@@ -58,6 +58,7 @@ class ChatMessage:
     stats: ReplyStats | None = None
     model: str = ""
     adapter: str | None = None
+    error: str | None = None           # why the reply failed (shown under it while the app runs)
 
     @property
     def cut_off(self) -> bool:

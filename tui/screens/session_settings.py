@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -34,6 +35,18 @@ def default_hint(name: str, defaults: dict) -> str:
         return "the server's default"      # a remote model: its server decides
     value, source = defaults[name]
     return f"{value} ({source})"
+
+
+def check_adapter(adapter: str | None, model: str, library: list[str]) -> None:
+    """An adapter is a library name or a folder holding adapter_config.json; remote models have none."""
+    if not adapter:
+        return
+    if model.startswith("remote:"):
+        raise ValueError("a remote model takes no adapter here: its server lists adapters as models of their own")
+    if adapter in library or (Path(adapter).expanduser() / "adapter_config.json").is_file():
+        return
+    known = f" (in the library: {', '.join(library)})" if library else ""
+    raise ValueError(f"no adapter {adapter!r}: give a library name{known} or a folder with adapter_config.json")
 
 
 class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
@@ -74,6 +87,7 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
         settings = replace(self.settings, model=self.query_one("#model", Input).value.strip(),
                            adapter=self.query_one("#adapter", Input).value.strip() or None,
                            system_prompt=self.query_one("#system_prompt", TextArea).text.strip(), **values)
+        check_adapter(settings.adapter, settings.model, self.adapters)
         from llmchat.engine.sampling_params import SamplingParams   # same validation the engine applies
         SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
                        top_k=settings.top_k, min_p=settings.min_p, seed=settings.seed).validate()

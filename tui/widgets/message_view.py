@@ -61,7 +61,7 @@ class MessageView(Vertical, can_focus=True):
         elif m.finish_reason == "interrupted":
             parts.append("interrupted (the app closed while it streamed): ctrl+o continues")
         elif m.finish_reason == "error":
-            parts.append("error")
+            parts.append(f"error: {m.error}" if m.error else "error")
         return " · ".join(parts)
 
     def update_status(self) -> None:

@@ -1,0 +1,44 @@
+"""What a new user trips over in the first hour (issue "The first hour"), against the real engine."""
+from __future__ import annotations
+
+from helpers import notices, open_with_model, press, reply_done, send, set_session, wait_until
+from textual.widgets import Input
+
+from llmchat.tui.app import LlmChatApp
+from llmchat.tui.screens.session_settings import SessionSettingsScreen
+from llmchat.tui.widgets.prompt_input import PromptInput
+
+SIZE = (140, 40)
+
+
+async def test_settings_refuse_an_adapter_that_does_not_exist(dirs, chat_model):
+    app = LlmChatApp(model=str(chat_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.current is not None, what="the session")
+        await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen), what="settings")
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.query("#adapter"), what="the form")
+        screen.query_one("#adapter", Input).value = "no-such-adapter"
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: "no adapter 'no-such-adapter'" in str(screen.query_one("#settings-error")
+                                                                                 .render()), what="error")
+        assert app.screen is screen and app.current.settings.adapter is None
+
+
+async def test_a_send_that_fails_leaves_the_chat_as_it_was(dirs, chat_model):
+    app = LlmChatApp(model=str(chat_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        set_session(app, adapter="gone-adapter")          # e.g. deleted since it was chosen
+        session = app.current
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: session.id not in app.replies and
+                         any("Generation failed" == n.title for n in app._notifications), what="failure")
+        assert session.messages == [] and app.db.load_messages(session.id) == []
+        prompt = app.query_one(PromptInput)
+        assert prompt.text == "hello"                       # back in the input, nothing typed is lost
+        set_session(app, adapter=None)
+        await press(pilot, "enter", until=lambda: reply_done(app), what="reply")
+        assert [m.role for m in session.messages] == ["user", "assistant"]    # one user turn, not two
+        assert [m.role for m in app.db.load_messages(session.id)] == ["user", "assistant"]
+        assert not any("Traceback" in n for n in notices(app))
