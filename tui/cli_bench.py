@@ -26,6 +26,8 @@ def add_parser(subparsers) -> None:
                    help="LoRA: N sessions over K random adapters vs N base sessions, in one run (engine/lora/bench.py)")
     p.add_argument("--lora-adapters", type=int, default=4, help="adapters for --lora")
     p.add_argument("--lora-rank", type=int, default=16, help="rank of the --lora adapters (all projections)")
+    p.add_argument("--determinism", action="store_true",
+                   help="the cost of determinism: engine figures with EngineConfig.deterministic off and on, one run")
     p.add_argument("--serve", action="store_true",
                    help="HTTP cost: concurrent streaming clients of `llmchat serve` vs the in-process engine, one run")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 16], help="concurrent HTTP clients for --serve")
@@ -43,6 +45,14 @@ def run(args: argparse.Namespace) -> int:
         from llmchat.engine.server.bench import run_cli as run_serve_bench
         from llmchat.tui.cli_run import _resolve
         return run_serve_bench(_resolve(args.model), args)
+    if args.determinism:
+        from llmchat.engine import bench_determinism
+        from llmchat.tui.cli_run import _resolve
+        result = bench_determinism.run(_resolve(args.model), dtype=args.dtype, sessions=args.sessions,
+                                       new_tokens=args.tokens, prefix_len=args.prefix, kv_cache_gb=args.kv_cache_gb,
+                                       attention_backend=args.attention_backend, num_threads=args.threads)
+        print(json.dumps(result, indent=2) if args.json else bench_determinism.format_report(result))
+        return 0
     if args.lora:
         from llmchat.engine.lora.bench import run_cli as run_lora_bench
         from llmchat.tui.cli_run import _resolve

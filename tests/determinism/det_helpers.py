@@ -95,3 +95,64 @@ def first_difference(got: list[Outcome], want: list[Outcome]) -> str | None:
                         f"tokens {g.tokens} vs {w.tokens}")
         return f"request {i}: tokens {g.tokens} vs {w.tokens}"
     return None
+
+
+def with_adapters(llm, paths) -> list[str | None]:
+    """Load the adapters as "a", "b"; their names ([None] without adapters)."""
+    for name, path in zip("ab", paths or []):
+        llm.load_adapter(name, path)
+    return ["a", "b"][:len(paths or [])] or [None]
+
+
+def check_matrix(folder, dtype: str, adapter_paths, name: str) -> None:
+    """Issue 16's matrix: the same requests (a) alone and cold, (b) after a request sharing their prefix,
+    (c) under token budgets 16, 64 and 512 with the step-time cap on, (d) batched with 15 others of other
+    lengths, temperatures and adapters, (e) under a KV budget that forces preemption, (f) on 1 thread:
+    identical token ids and bit-identical logits. adapter_paths: two LoRA adapter folders, or None."""
+    prompts, params = target_prompts(), target_params()
+    adapters = [None, "a", None] if adapter_paths else [None] * 3   # the middle one: an adapter of its own
+
+    # (a) each alone, cold (no prefix cache): the reference
+    llm, rec = make_llm(folder, dtype, enable_prefix_caching=False)
+    with_adapters(llm, adapter_paths)
+    want = [run(llm, rec, [p], [sp], [ad])[0] for p, sp, ad in zip(prompts, params, adapters)]
+    assert len({tuple(w.tokens) for w in want}) > 1
+
+    def check(label, got):
+        problem = first_difference(got, want)
+        assert problem is None, f"{name}, {label}: {problem}"
+
+    # (b) after a request sharing the prefix: their first blocks come from the prefix cache
+    llm, rec = make_llm(folder, dtype)
+    with_adapters(llm, adapter_paths)
+    run(llm, rec, [PREFIX + [5, 6, 7]], [params[0]])
+    got = [run(llm, rec, [p], [sp], [ad])[0] for p, sp, ad in zip(prompts, params, adapters)]
+    check("prefix cache hit", got)
+    assert llm.metrics().prefix_cache_hit_rate > 0
+
+    # (c) token budgets 16, 64, 512 with the step-time cap on (a tiny target: chunks follow measured times)
+    for budget, target_s in ((16, 0.15), (64, 0.15), (512, 0.0005)):
+        llm, rec = make_llm(folder, dtype, max_num_batched_tokens=budget, step_target_s=target_s)
+        with_adapters(llm, adapter_paths)
+        check(f"budget {budget}", run(llm, rec, prompts, params, adapters))
+
+    # (d) batched with 15 others of other lengths, temperatures and adapters
+    llm, rec = make_llm(folder, dtype)
+    names = with_adapters(llm, adapter_paths)
+    o_prompts, o_params, o_adapters = other_requests(15, [None] + names)
+    got = run(llm, rec, o_prompts[:7] + prompts + o_prompts[7:], o_params[:7] + params + o_params[7:],
+              o_adapters[:7] + adapters + o_adapters[7:])
+    check("batched with 15 others", got[7:10])
+
+    # (e) a KV budget that forces preemption (and recompute) while they run with others
+    itemsize = 4 if dtype == "float32" else 2
+    llm, rec = make_llm(folder, dtype, kv_cache_gb=kv_gb_for_blocks(folder, 14, itemsize=itemsize))
+    with_adapters(llm, adapter_paths)
+    got = run(llm, rec, prompts + o_prompts[:4], params + o_params[:4], adapters + o_adapters[:4])
+    check("preempted", got[:3])
+    assert llm.metrics().num_preemptions > 0
+
+    # (f) one thread
+    llm, rec = make_llm(folder, dtype, threads=1)
+    with_adapters(llm, adapter_paths)
+    check("1 thread", run(llm, rec, prompts, params, adapters))
