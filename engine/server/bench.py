@@ -1,6 +1,6 @@
 """`llmchat bench MODEL --serve`: what HTTP costs. 1/8/16 concurrent streaming clients of `llmchat serve`
 vs the same streams on the in-process AsyncEngine, in one run, rounds alternating so both sides see the same
-machine state; aggregate tok/s, mean TTFT and their ratios.
+machine state; aggregate tok/s, mean time to the first text (TTFT) and their ratios.
 
 Both sides run the same requests: random token-id prompts (distinct per round, so no prefix-cache hits),
 greedy, a fixed number of new tokens. The server runs in its own process, as users run it; the HTTP clients
@@ -32,7 +32,7 @@ async def _engine_round(engine, prompts: list[list[int]], new_tokens: int) -> tu
     async def one(prompt):
         start, first, count = time.perf_counter(), None, 0
         async for delta in engine.generate(prompt, params):
-            if delta.token_ids and first is None:
+            if delta.text and first is None:   # the first text, as an HTTP client sees its first event
                 first = time.perf_counter() - start
             count += len(delta.token_ids)
         return first, count
