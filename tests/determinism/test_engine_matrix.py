@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "lora"))
 
 from det_helpers import check_matrix  # noqa: E402
 from lora_helpers import make_adapter  # noqa: E402
-from tiny_models import ARCHS  # noqa: E402
+from tiny_models import ARCHS, make_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,3 +32,10 @@ def adapter_dirs(tiny_model_dir, tmp_path_factory):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_a_request_gives_the_same_bits_whatever_the_engine_does(arch, dtype, tiny_model_dir, adapter_dirs):
     check_matrix(tiny_model_dir(arch), dtype, adapter_dirs(arch), f"{arch} {dtype}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_same_bits_with_a_sliding_window(dtype, tmp_path_factory):
+    """Mistral with a 24-token window: keys before a row's window are masked inside the chunks it walks."""
+    folder = make_model(tmp_path_factory.mktemp("mistral-window"), "mistral", sliding_window=24)
+    check_matrix(folder, dtype, None, f"mistral window 24 {dtype}")
