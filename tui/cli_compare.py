@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     from llmchat.engine.compare.schema import REPORT_MD, RESULTS_JSONL
     from llmchat.engine.compare.store import ResultStore
 
+    for model in sorted({m for m in args.models if args.models.count(m) > 1}):
+        print(f"llmchat: {model} is given {args.models.count(model)} times in --models: it runs once "
+              "(same model, same settings, same seeds: the same replies)", file=sys.stderr)
     settings = CompareSettings(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                                top_k=args.top_k, seed=args.seed, raw=args.raw, dtype=args.dtype,
                                kv_cache_gb=args.kv_cache_gb)

@@ -91,7 +91,7 @@ class ScreenActions:
         self.push_screen(TextPrompt("Open compare report (JSON file)", placeholder="path/to/report.json"), opened)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.screen))
 
     def action_welcome(self) -> None:
         def chosen(choice: str | None) -> None:

@@ -100,7 +100,8 @@ def _parse_json_line(text: str, index: int, line: int) -> PromptItem:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        # some messages end in "at" ("Unterminated string starting at"): the column completes them
+        raise ValueError(f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     has_prompt, has_messages = "prompt" in obj, "messages" in obj

@@ -38,8 +38,20 @@ def open_reader(path: Path):
     from gguf import GGUFReader
     try:
         return GGUFReader(str(path))
-    except Exception as exc:  # the gguf package raises bare ValueErrors/struct errors on junk or truncation
-        raise GGUFError(f"{Path(path).name} is not a readable GGUF file ({exc})") from None
+    except Exception:  # the gguf package raises numpy/struct errors on junk or truncation: say what it means
+        raise GGUFError(unreadable_message(Path(path))) from None
+
+
+def unreadable_message(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        return f"cannot read {path.name}: {exc.strerror or exc}"
+    if magic != b"GGUF":
+        return f"{path.name} is not a GGUF file (it does not start with the GGUF signature)"
+    return (f"{path.name} is damaged or cut short ({path.stat().st_size:,} bytes; an interrupted download?): "
+            "download or copy it again")
 
 
 def field(reader, key: str):

@@ -15,6 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
+from ..quant.gguf_tensors import unreadable_message
 from .support import SUPPORTED_ARCHITECTURES, SUPPORTED_TEXT
 from .types import DownloadProgress, StoreError, UnsupportedModelError
 
@@ -106,8 +107,8 @@ def dequantize_gguf(store, path: Path, progress=None, name: str | None = None, d
         store.registry.remove(existing)  # its folder is gone or broken: convert again
     try:
         reader = GGUFReader(str(path))
-    except Exception as exc:  # the gguf package raises bare ValueErrors/struct errors on junk
-        raise StoreError(f"{path} is not a readable GGUF file ({exc})") from None
+    except Exception:  # the gguf package raises numpy/struct errors on junk or truncation
+        raise StoreError(unreadable_message(path)) from None
     arch = _field(reader, "general.architecture")
     if arch not in GGUF_ARCHS:
         raise UnsupportedModelError(f"{path.name}: GGUF architecture {arch!r} cannot be used ({SUPPORTED_TEXT})")

@@ -127,6 +127,9 @@ def test_argument_errors_exit_2_with_a_message(compare_models, prompt_file, tmp_
     assert main(["compare", "--models", llama, "--prompts", str(tmp_path / "nope.txt"), "--out", "o"]) == 2
     assert "prompt file not found" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+    # the same model twice runs once, and says so (the bad temperature stops it before any work)
+    assert main([*base, "--models", llama, llama, "--temperature", "-1"]) == 2
+    assert f"{llama} is given 2 times in --models: it runs once" in capsys.readouterr().err
 
 
 def test_each_engine_is_freed_before_the_next_model_loads(compare_models, prompt_file, tmp_path):

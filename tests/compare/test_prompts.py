@@ -82,3 +82,11 @@ def test_input_hash_follows_content_not_position(tmp_path):
     assert a[0].input_hash() == b[0].input_hash()
     assert a[1].input_hash() != b[1].input_hash()
     assert a[0].input_hash(raw=True) != a[0].input_hash(raw=False)
+
+
+def test_json_errors_read_as_one_sentence(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "unterminated}\n{"prompt": }\n')
+    _, errors = load_prompts(path)
+    assert [e.message for e in errors] == ["invalid JSON: Unterminated string starting at column 12",
+                                           "invalid JSON: Expecting value at column 12"]

@@ -91,7 +91,7 @@ def test_unsupported_gguf_architecture_refused(store, tmp_path):
     assert store.list() == []
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf at all")
-    with pytest.raises(Exception, match="not a readable GGUF"):
+    with pytest.raises(Exception, match="junk.gguf is not a GGUF file"):
         store.import_path(junk)
 
 

@@ -42,3 +42,34 @@ async def test_a_send_that_fails_leaves_the_chat_as_it_was(dirs, chat_model):
         assert [m.role for m in session.messages] == ["user", "assistant"]    # one user turn, not two
         assert [m.role for m in app.db.load_messages(session.id)] == ["user", "assistant"]
         assert not any("Traceback" in n for n in notices(app))
+
+
+async def test_welcome_import_focuses_the_path_and_the_first_model_is_used(dirs, chat_model):
+    from llmchat.tui.screens.models_screen import ModelsScreen
+    app = LlmChatApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "WelcomeScreen", what="welcome")
+        await press(pilot, "i", until=lambda: isinstance(app.screen, ModelsScreen) and app.focused is not None
+                    and app.focused.id == "import-path", what="import tab with the path field focused")
+        await pilot.press(*str(chat_model), "enter")        # the first keys land in the path field
+        await wait_until(pilot, lambda: app.current.settings.model == chat_model.name, what="model adopted")
+        assert any(f"{chat_model.name} is this session's model" in n for n in notices(app))
+        await press(pilot, "escape", until=lambda: not isinstance(app.screen, ModelsScreen), what="back")
+        await send(pilot, "hello")                          # no "Choose a model first"
+        await wait_until(pilot, lambda: reply_done(app), what="reply")
+
+
+async def test_f4_and_f3_focus_their_first_field(dirs, chat_model):
+    from llmchat.engine.store import ModelStore
+    from llmchat.tui.screens.models_screen import ModelsScreen
+    name = ModelStore().import_path(chat_model).name
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.current is not None, what="session")
+        await press(pilot, "f4", until=lambda: isinstance(app.screen, ModelsScreen) and
+                    app.screen.query("#library-table"), what="models")
+        table = app.screen.query_one("#library-table")
+        await wait_until(pilot, lambda: app.focused is table and table.row_count == 1, what="library focused")
+        await press(pilot, "enter", until=lambda: app.current.settings.model == name, what="Enter uses the model")
+        await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen), what="settings")
+        await wait_until(pilot, lambda: app.focused is not None and app.focused.id == "model", what="model field")

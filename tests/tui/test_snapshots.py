@@ -2,6 +2,7 @@
 toasts with load times) are replaced by fixed values before the screenshot; the tiny model is greedy."""
 from __future__ import annotations
 
+import pytest
 from helpers import notices, reply_done, send, wait_until
 
 from llmchat.engine.metrics import MetricsSnapshot
@@ -11,7 +12,8 @@ from llmchat.tui.chat_state import ReplyStats
 from llmchat.tui.widgets.chat_view import ChatView
 from llmchat.tui.widgets.engine_panel import HISTORY, EnginePanel
 
-SIZE = (140, 40)
+# Every screen at a roomy terminal and at the smallest common one (every field must show at 80x24).
+SIZES = pytest.mark.parametrize("size", [(140, 40), (80, 24)], ids=["140x40", "80x24"])
 
 
 async def freeze_live_figures(app) -> None:
@@ -41,7 +43,8 @@ async def model_ready(pilot, app) -> None:
     await wait_until(pilot, lambda: any("loaded in" in n for n in notices(app)), what="model loaded notice")
 
 
-def test_main_screen_with_a_reply(dirs, chat_model, snap_compare):
+@SIZES
+def test_main_screen_with_a_reply(dirs, chat_model, snap_compare, size):
     app = LlmChatApp(model=str(chat_model), show_welcome=False)
 
     async def run_before(pilot):
@@ -53,10 +56,11 @@ def test_main_screen_with_a_reply(dirs, chat_model, snap_compare):
         await freeze_live_figures(app)
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
-def test_session_settings_screen(dirs, chat_model, snap_compare):
+@SIZES
+def test_session_settings_screen(dirs, chat_model, snap_compare, size):
     name = ModelStore().import_path(chat_model).name    # a library name: the model field shows no tmp path
     app = LlmChatApp(model=name, show_welcome=False)
 
@@ -68,10 +72,11 @@ def test_session_settings_screen(dirs, chat_model, snap_compare):
             widget.cursor_blink = False
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
-def test_first_run_welcome_screen(dirs, snap_compare):
+@SIZES
+def test_first_run_welcome_screen(dirs, snap_compare, size):
     app = LlmChatApp()
 
     async def run_before(pilot):
@@ -79,10 +84,11 @@ def test_first_run_welcome_screen(dirs, snap_compare):
         await freeze_live_figures(app)
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
-def test_models_screen_library(dirs, chat_model, snap_compare):
+@SIZES
+def test_models_screen_library(dirs, chat_model, snap_compare, size):
     ModelStore().import_path(chat_model)
     app = LlmChatApp(show_welcome=False)
 
@@ -95,4 +101,40 @@ def test_models_screen_library(dirs, chat_model, snap_compare):
         await pilot.pause(0.3)
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@SIZES
+def test_compare_screen(dirs, chat_model, snap_compare, size):
+    ModelStore().import_path(chat_model)
+    app = LlmChatApp(show_welcome=False)
+
+    async def run_before(pilot):
+        await freeze_live_figures(app)
+        await pilot.press("f6")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "CompareScreen" and
+                         app.screen.query("#compare-max-tokens") and app.focused is not None and
+                         app.focused.id == "compare-prompt")
+        for widget in app.screen.query("Input, TextArea"):
+            widget.cursor_blink = False
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.2)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@SIZES
+def test_help_screen(dirs, snap_compare, size, monkeypatch):
+    monkeypatch.setattr("llmchat.tui.screens.help_screen.data_dir", lambda: "~/.local/share/llmchat")
+    monkeypatch.setattr("llmchat.tui.screens.help_screen.config_dir", lambda: __import__("pathlib").Path("~/.config/llmchat"))
+    app = LlmChatApp(show_welcome=False)
+
+    async def run_before(pilot):
+        await freeze_live_figures(app)
+        await pilot.press("f1")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "HelpScreen" and app.screen.query("Markdown")
+                         and app.screen.query_one("Markdown").source)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

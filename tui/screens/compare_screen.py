@@ -75,6 +75,7 @@ class CompareScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#compare-targets", SelectionList).border_title = "Pick 2-4 (space)"
         self.set_interval(FRAME_INTERVAL, self.frame_tick)
+        self.query_one("#compare-prompt", TextArea).focus()      # the first key starts the prompt
 
     async def frame_tick(self) -> None:
         for column in self.query(CompareColumn):

@@ -9,20 +9,32 @@ from textual.widgets import Markdown
 from ..paths import config_dir, data_dir
 
 
-def help_markdown(app) -> str:
-    lines = ["# llmchat help", "", "| key | action |", "|---|---|"]
-    for binding in app.BINDINGS:
-        if isinstance(binding, Binding) and binding.description:
-            lines.append(f"| `{binding.key}` | {binding.description} |")
+def key_rows(bindings) -> list[str]:
+    return [f"| `{b.key}` | {b.description} |" for b in bindings if isinstance(b, Binding) and b.description]
+
+
+def help_markdown(app, screen=None) -> str:
+    """The keys of `screen` when it is not the chat (Compare, Models...), then the app's screens and data."""
+    lines = ["# llmchat help", ""]
+    if screen is not None and screen is not app.screen_stack[0]:
+        lines += [f"## Keys here ({type(screen).__name__.removesuffix('Screen')})", "", "| key | action |",
+                  "|---|---|", *key_rows(screen.BINDINGS), "| `f1` | this help |", ""]
+        return "\n".join(lines + screens_and_data())
+    lines += ["| key | action |", "|---|---|", *key_rows(app.BINDINGS)]
     lines += [
         "| `enter` | send (in the input) |", "| `ctrl+j` | new line in the input |",
         "| `up` / `down` | input history |",
         "| `c` / `y` / `e` | on a focused message: copy it / copy its code block / edit and resend |",
-        "| `ctrl+p` | command palette: every action by name |", "",
+        "| `ctrl+p` | command palette: every action by name |", ""]
+    return "\n".join(lines + screens_and_data())
+
+
+def screens_and_data() -> list[str]:
+    return [
         "## Screens",
         "- **Chat**: sessions on the left, the conversation, the engine panel on the right.",
         "- **Session settings** (`f3`): model, adapter, system prompt, temperature, top-p, top-k, min-p, "
-        "max tokens, seed. Empty fields use the model's generation_config.",
+        "max tokens, seed. An empty field shows the value used and where it comes from.",
         "- **Models** (`f4`): search and download from the Hub, the local library, import a folder or a "
         ".gguf file (works offline), adapters.",
         "- **Compare** (`f6`): one prompt to 2-4 models or adapters with the same seed, side by side.",
@@ -31,12 +43,15 @@ def help_markdown(app) -> str:
         f"- settings: `{config_dir() / 'settings.toml'}`",
         "- override with `LLMCHAT_DATA_DIR` / `LLMCHAT_CONFIG_DIR`.",
     ]
-    return "\n".join(lines)
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,f1", "dismiss", "Close", id="help.close")]
 
+    def __init__(self, for_screen=None) -> None:
+        super().__init__(classes="dialog-screen")
+        self.for_screen = for_screen
+
     def compose(self):
         with VerticalScroll(classes="dialog wide"):
-            yield Markdown(help_markdown(self.app))
+            yield Markdown(help_markdown(self.app, self.for_screen))

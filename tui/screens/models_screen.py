@@ -20,18 +20,19 @@ from .remote_pane import RemotePane
 
 
 def human_size(num_bytes: int | None) -> str:
-    value = float(num_bytes or 0)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return ""
+    """The same units as `llmchat models list` and the Hub (1 MB = 1000 KB)."""
+    from llmchat.engine.store.download import human_bytes
+    return human_bytes(num_bytes or 0)
 
 
 def human_count(n) -> str:
     if not n:
         return "-"
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else str(n)
+
+
+FIRST_FIELD = {"search": "#search-query", "library": "#library-table", "import": "#import-path",
+               "adapters": "#adapter-table"}
 
 
 class ModelsScreen(Screen):
@@ -84,6 +85,14 @@ class ModelsScreen(Screen):
         self.query_one("#adapter-table", DataTable).add_columns("name", "base", "size")
         self.query_one("#transfer").display = False
         self.refresh_library()
+        self.call_after_refresh(self.focus_first_field)
+
+    def focus_first_field(self) -> None:
+        """Where the first key goes: the search box, the library table, the import path..."""
+        try:
+            self.query_one(FIRST_FIELD.get(self.initial_tab, "#library-table")).focus()
+        except NoMatches:
+            pass     # closed already
 
     def store(self):
         from llmchat.engine.store import ModelStore
@@ -214,6 +223,7 @@ class ModelsScreen(Screen):
             else:
                 model = self.store().pull(repo_id, progress=progress, cancel=self.cancel_event)
             message, severity = f"Downloaded {model.name} ({human_size(model.size_bytes)})", "information"
+            self.app.call_from_thread(self.adopt, model)
         except Exception as exc:   # cancelled, offline, unsupported: all shown, none fatal
             message, severity = f"Download of {what} stopped: {exc}", "warning"
         self.app.call_from_thread(self.finish_transfer, message, severity)
@@ -224,6 +234,13 @@ class ModelsScreen(Screen):
             self.notify("Cancelling the download…")
         elif self.query_one(TabbedContent).active == "adapters":
             self.app.attach_adapter(None)
+
+    def adopt(self, model) -> None:
+        """A session without a model uses the one just imported or downloaded (the first model, typically)."""
+        session = getattr(self.app, "current", None)
+        if model.kind == "model" and model.supported and session is not None and not session.settings.model:
+            self.app.use_model(model.name)
+            self.notify(f"{model.name} is this session's model")
 
     def finish_transfer(self, message: str, severity: str) -> None:
         self.query_one("#transfer").display = False
@@ -249,6 +266,7 @@ class ModelsScreen(Screen):
         try:
             model = self.store().import_path(path, copy=copy, progress=self.progress_callback(f"Importing {path}…"))
             message, severity = f"Imported {model.name} ({model.kind}, {human_size(model.size_bytes)})", "information"
+            self.app.call_from_thread(self.adopt, model)
         except Exception as exc:   # bad path, unsupported format: a message, never a traceback
             message, severity = f"Import failed: {exc}", "error"
         self.app.call_from_thread(self.finish_transfer, message, severity)

@@ -62,24 +62,29 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
         with VerticalScroll(classes="dialog wide", id="settings-form"):
             yield Label("Session settings", classes="dialog-title")
             yield Label("Model (library name or folder / .gguf path)")
-            yield Input(s.model, id="model", suggester=SuggestFromList(self.models, case_sensitive=False))
+            yield Input(s.model, id="model", compact=True,
+                        suggester=SuggestFromList(self.models, case_sensitive=False))
             remote = [m for m in self.models if m.startswith("remote:")]
             if remote:   # a remote model is written as listed: remote:ENDPOINT/ID
                 yield Label("Remote: " + ", ".join(remote), id="remote-models", classes="hint")
             yield Label("Adapter (LoRA name; empty = base model)")
-            yield Input(s.adapter or "", id="adapter", suggester=SuggestFromList(self.adapters, case_sensitive=False))
+            yield Input(s.adapter or "", id="adapter", compact=True,
+                        suggester=SuggestFromList(self.adapters, case_sensitive=False))
             yield Label("System prompt")
-            yield TextArea(s.system_prompt, id="system_prompt", soft_wrap=True)
+            yield TextArea(s.system_prompt, id="system_prompt", soft_wrap=True, compact=True)
             for name, label, _ in NUMBER_FIELDS:
                 with Horizontal(classes="form-row"):
                     yield Label(label, classes="form-label")
                     value = getattr(s, name)
                     yield Input("" if value is None else str(value), placeholder=default_hint(name, self.defaults),
-                                id=name)
+                                id=name, compact=True)
             yield Label("", id="settings-error", classes="error")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Save (ctrl+s)", variant="primary", id="save")
-                yield Button("Cancel (esc)", id="cancel")
+                yield Button("Save (ctrl+s)", variant="primary", id="save", compact=True)
+                yield Button("Cancel (esc)", id="cancel", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#model", Input).focus()
 
     def collect(self) -> SessionSettings:
         values = {name: parse_number(label, self.query_one(f"#{name}", Input).value, kind)

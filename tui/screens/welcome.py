@@ -22,6 +22,9 @@ class WelcomeScreen(ModalScreen[str | None]):
                 Binding("i", "choose('import')", "Import", id="welcome.import"),
                 Binding("escape", "choose(None)", "Later", id="welcome.later")]
 
+    def __init__(self) -> None:
+        super().__init__(classes="dialog-screen")
+
     def compose(self):
         with Vertical(classes="dialog wide", id="welcome"):
             yield Markdown(WELCOME)

@@ -37,6 +37,9 @@ class ChatView(VerticalScroll):
             hint = f"New chat with {Path(session.settings.model).name or 'no model'}. Type below and press Enter."
             await self.mount(Static(hint, classes="empty-hint"))
         await self.mount_all([MessageView(m, self.label_for(m)) for m in session.messages])
+        # Anchored: stays at the latest message (and a finished reply's stats line) while the Markdown bodies
+        # lay out and grow, until the user scrolls up.
+        self.anchor()
         self.scroll_end(animate=False)
 
     async def sync(self) -> None:
@@ -62,6 +65,7 @@ class ChatView(VerticalScroll):
         for view in views[-2:]:           # only the newest messages change while streaming
             changed |= await view.sync()
         if changed and at_end:
+            self.anchor()
             self.scroll_end(animate=False)
 
     def message_views(self) -> list[MessageView]:
