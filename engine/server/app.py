@@ -1,6 +1,7 @@
 """The FastAPI application: routes of the OpenAI API, /health and /metrics, on one ServerState."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 
@@ -21,7 +22,6 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
     """The app; its lifespan loads the models in the background (503 until then) and shuts them down."""
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        import asyncio
         loading = asyncio.ensure_future(state.load()) if load_on_startup else None
         yield
         if loading is not None and not loading.done():
@@ -95,7 +95,7 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
             if body.stream:
                 tracker = _Tracker()
                 events = sse_events(envelope, tracker.watch(stream), tracker.watch_first(first), engine.tokenizer,
-                                    body.include_usage, want_logprobs=getattr(params, "logprobs", None) is not None)
+                                    body.include_usage, want_logprobs=params.logprobs is not None)
 
                 async def close_stream() -> None:
                     nonlocal result
