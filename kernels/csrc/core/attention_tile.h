@@ -179,6 +179,7 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   auto fold_rows = [&] {
     if (!folded) {
       s.reserve_totals(rows, D);
+      std::fill(s.total.begin(), s.total.begin() + size_t(rows) * D, 0.f);   // a row that sees no key stays 0
       for (int r = 0; r < rows; ++r) s.total_l[r] = 0.f, s.total_m[r] = kNegInf;
       folded = true;
     }
