@@ -137,6 +137,7 @@ class LLMEngine:
     # ---- one iteration --------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[StreamDelta]:
+        step_started = time.perf_counter()
         deltas, self._pending = self._pending, []
         chunks, overflowed = self.scheduler.schedule()
         deltas += [self._close(seq, seq.detokenizer.flush()) for seq in overflowed]
@@ -157,7 +158,8 @@ class LLMEngine:
                 generated = len(tokens)
                 logprobs = token_logprobs(rows_logits, tokens, seqs) if wanted(seqs) else [None] * len(seqs)
                 deltas += [self._append(seq, tok, lp) for seq, tok, lp in zip(seqs, tokens, logprobs)]
-        self.metrics.record_step(prompt_tokens, generated, **self._gauges())
+        self.metrics.record_step(prompt_tokens, generated, busy_s=time.perf_counter() - step_started,
+                                 **self._gauges())
         return deltas
 
     def _append(self, seq: Sequence, token: int, logprob=None) -> StreamDelta:

@@ -6,7 +6,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-WINDOW_S = 5.0   # sliding window of the tokens/s figures
+WINDOW_S = 5.0   # sliding window of the tokens/s figures (tokens over the time spent in steps within it)
 
 
 @dataclass(frozen=True)
@@ -33,22 +33,26 @@ class EngineMetrics:
     def __init__(self, kv_blocks_total: int, kv_cache_gb: float, clock=time.monotonic):
         self._lock = threading.Lock()
         self._clock = clock
-        self._events: deque[tuple[float, int, int]] = deque()   # (time, prompt tokens, generated tokens)
+        self._events: deque[tuple[float, int, int, float]] = deque()   # (time, prompt, generated, busy seconds)
         self._start = clock()
         self._total_prompt = 0
         self._total_gen = 0
         self._window_prompt = 0   # sums over _events, kept as they change (a step must not re-add the window)
         self._window_gen = 0
+        self._window_busy = 0.0
         self._snapshot = MetricsSnapshot(kv_blocks_total=kv_blocks_total, kv_cache_gb=kv_cache_gb)
 
-    def record_step(self, prompt_tokens: int, generated_tokens: int, **state) -> None:
-        """Add one step's token counts; `state` holds the other MetricsSnapshot fields (usage, counts...)."""
+    def record_step(self, prompt_tokens: int, generated_tokens: int, busy_s: float | None = None, **state) -> None:
+        """Add one step's token counts and how long it took (busy_s; None = unknown); `state` holds the other
+        MetricsSnapshot fields (usage, counts...)."""
         now = self._clock()
         with self._lock:
             if prompt_tokens or generated_tokens:
-                self._events.append((now, prompt_tokens, generated_tokens))
+                busy = busy_s if busy_s is not None else 0.0
+                self._events.append((now, prompt_tokens, generated_tokens, busy))
                 self._window_prompt += prompt_tokens
                 self._window_gen += generated_tokens
+                self._window_busy += busy
             self._total_prompt += prompt_tokens
             self._total_gen += generated_tokens
             self._snapshot = self._build(now, state)
@@ -66,10 +70,13 @@ class EngineMetrics:
 
     def _build(self, now: float, state: dict) -> MetricsSnapshot:
         while self._events and self._events[0][0] < now - WINDOW_S:
-            _, prompt, gen = self._events.popleft()
+            _, prompt, gen, busy = self._events.popleft()
             self._window_prompt -= prompt
             self._window_gen -= gen
-        span = min(WINDOW_S, max(now - self._start, 1e-3))
+            self._window_busy -= busy
+        # Over busy time: a reply 1.5 s old reads its real rate, not its tokens spread over the whole window
+        # (idle time counted). Steps without a duration (remote streams) fall back to the wall window.
+        span = self._window_busy if self._window_busy > 1e-6 else min(WINDOW_S, max(now - self._start, 1e-3))
         prompt, gen = self._window_prompt, self._window_gen
         old = self._snapshot
         values = {f: getattr(old, f) for f in old.__dataclass_fields__}

@@ -24,7 +24,11 @@ def stats_from(metrics, started: float, first_token_at: float | None, generated:
     """Engine metrics when present, else what the UI measured itself (an aborted request)."""
     if metrics is not None:
         timings = metrics.server_timings or {}
-        return ReplyStats(ttft=metrics.ttft, tokens_per_s=metrics.decode_tokens_per_s,
+        rate = metrics.decode_tokens_per_s
+        if rate is None and metrics.first_token_time is not None and generated >= 2:   # still streaming
+            elapsed = time.monotonic() - metrics.first_token_time
+            rate = (generated - 1) / elapsed if elapsed > 0 else None
+        return ReplyStats(ttft=metrics.ttft, tokens_per_s=rate,
                           num_generated_tokens=metrics.num_generated_tokens or generated,
                           num_prompt_tokens=metrics.num_prompt_tokens, num_cached_tokens=metrics.num_cached_tokens,
                           server_tokens_per_s=timings.get("predicted_per_second"))

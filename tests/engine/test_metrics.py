@@ -33,6 +33,22 @@ def test_rates_over_sliding_window_and_decay():
     assert s.generation_tokens_per_s == 0 and s.total_generation_tokens == 40 and s.num_running == 4
 
 
+def test_rates_count_busy_time_not_idle_time():
+    """A reply 1.5 s into a mostly idle window reads its own rate (21 tok/s), not tokens / window."""
+    clock = Clock()
+    m = EngineMetrics(kv_blocks_total=10, kv_cache_gb=0.5, clock=clock)
+    clock.now += 30                         # the engine sat idle long before the reply
+    m.record_step(prompt_tokens=40, generated_tokens=1, busy_s=0.1)
+    for _ in range(30):                    # 30 decode steps of 1/21 s
+        clock.now += 1 / 21
+        m.record_step(prompt_tokens=0, generated_tokens=1, busy_s=1 / 21)
+    s = m.snapshot()
+    assert s.generation_tokens_per_s == pytest.approx(31 / (0.1 + 30 / 21))
+    assert s.generation_tokens_per_s > 20 and s.prompt_tokens_per_s == pytest.approx(40 / (0.1 + 30 / 21))
+    clock.now += WINDOW_S + 1
+    assert m.snapshot().generation_tokens_per_s == 0
+
+
 def test_rates_count_only_the_steps_inside_the_window():
     clock = Clock()
     m = EngineMetrics(10, 0.5, clock=clock)

@@ -73,3 +73,17 @@ async def test_f4_and_f3_focus_their_first_field(dirs, chat_model):
         await press(pilot, "enter", until=lambda: app.current.settings.model == name, what="Enter uses the model")
         await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen), what="settings")
         await wait_until(pilot, lambda: app.focused is not None and app.focused.id == "model", what="model field")
+
+
+async def test_a_streaming_reply_shows_its_own_rate(dirs, long_model):
+    app = LlmChatApp(model=str(long_model), show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        set_session(app, max_tokens=450)
+        await send(pilot, "go")
+        reply = app.current.messages[-1]
+        # measured while it streams, from its own tokens (450 tokens take well over the 20 ms poll)
+        await wait_until(pilot, lambda: reply.finish_reason is None and reply.stats is not None and
+                         reply.stats.num_generated_tokens >= 5 and bool(reply.stats.tokens_per_s), what="live rate")
+        await wait_until(pilot, lambda: reply_done(app), what="done")
+        assert reply.stats.tokens_per_s > 0
