@@ -193,10 +193,13 @@ def _rm(store, args) -> int:
 
 
 def _import(store, args) -> int:
+    before = {m.name for m in store.list()}
     model = store.import_path(args.path, copy=args.copy, progress=_ProgressLine(not args.json),
                               name=args.name, dtype=args.dtype, dequantize=args.dequantize)
     if args.json:
         print(json.dumps(model.to_dict(), indent=2))
+    elif model.name in before:   # the store gives a new source a new name: the same name means the same source
+        print(f"{model.name} is already in the library (from {args.path}): nothing imported")
     else:
         status = "ok" if model.supported else f"cannot run: {model.reason}"
         quant = f", {model.quant} kept quantized" if model.quant else ""

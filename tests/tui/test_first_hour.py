@@ -87,3 +87,31 @@ async def test_a_streaming_reply_shows_its_own_rate(dirs, long_model):
                          reply.stats.num_generated_tokens >= 5 and bool(reply.stats.tokens_per_s), what="live rate")
         await wait_until(pilot, lambda: reply_done(app), what="done")
         assert reply.stats.tokens_per_s > 0
+
+
+async def test_import_takes_a_name_and_a_second_import_says_it_is_there(dirs, chat_model):
+    from llmchat.engine.store import ModelStore
+    from llmchat.tui.screens.models_screen import ModelsScreen
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.current is not None, what="session")
+        app.action_models("import")
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelsScreen) and app.focused is not None
+                         and app.focused.id == "import-path", what="import tab")
+        screen = app.screen
+        screen.query_one("#import-path", Input).value = str(chat_model)
+        screen.query_one("#import-name", Input).value = "my-tiny"
+        screen.start_import()
+        await wait_until(pilot, lambda: any("Imported my-tiny" in n for n in notices(app)), what="imported")
+        screen.start_import()
+        await wait_until(pilot, lambda: any("my-tiny is already in the library" in n for n in notices(app)),
+                         what="second import")
+        assert [m.name for m in ModelStore().list()] == ["my-tiny"]
+
+
+def test_cli_second_import_says_it_is_there(dirs, chat_model, capsys):
+    from llmchat.tui.cli import main
+    assert main(["models", "import", str(chat_model)]) == 0
+    assert capsys.readouterr().out.startswith(f"imported {chat_model.name} ")
+    assert main(["models", "import", str(chat_model)]) == 0
+    assert f"{chat_model.name} is already in the library" in capsys.readouterr().out

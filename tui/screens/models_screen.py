@@ -65,6 +65,7 @@ class ModelsScreen(Screen):
                 yield Label("Import a Hugging Face model folder, a .gguf file or a LoRA adapter folder "
                             "(works offline).")
                 yield Input(placeholder="/path/to/model-folder or /path/to/model.gguf", id="import-path")
+                yield Input(placeholder="name in the library (default: the folder or file name)", id="import-name")
                 yield Checkbox("Copy into the library (otherwise it is used in place)", id="import-copy")
                 yield Button("Import", variant="primary", id="import-button")
             with TabPane("Adapters", id="adapters"):
@@ -170,7 +171,7 @@ class ModelsScreen(Screen):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "search-query" and event.value.strip():
             self.search(event.value.strip(), str(self.query_one("#search-sort", Select).value))
-        elif event.input.id == "import-path":
+        elif event.input.id in ("import-path", "import-name"):
             self.start_import()
 
     @work(thread=True, exclusive=True, group="search")
@@ -258,14 +259,22 @@ class ModelsScreen(Screen):
         if not path:
             self.notify("Type the path of a model folder or .gguf file", severity="warning")
             return
-        self.import_model(path, self.query_one("#import-copy", Checkbox).value)
+        self.import_model(path, self.query_one("#import-copy", Checkbox).value,
+                          self.query_one("#import-name", Input).value.strip() or None)
 
     @work(thread=True, exclusive=True, group="transfer")
-    def import_model(self, path: str, copy: bool) -> None:
+    def import_model(self, path: str, copy: bool, name: str | None = None) -> None:
         self.app.call_from_thread(self.show_progress, f"Importing {path}…", 0, None)
         try:
-            model = self.store().import_path(path, copy=copy, progress=self.progress_callback(f"Importing {path}…"))
-            message, severity = f"Imported {model.name} ({model.kind}, {human_size(model.size_bytes)})", "information"
+            store = self.store()
+            before = {m.name for m in store.list()}
+            model = store.import_path(path, copy=copy, name=name,
+                                      progress=self.progress_callback(f"Importing {path}…"))
+            if model.name in before:   # a new source gets a new name: the same name is the same source
+                message, severity = f"{model.name} is already in the library: nothing imported", "information"
+            else:
+                message, severity = (f"Imported {model.name} ({model.kind}, {human_size(model.size_bytes)})",
+                                     "information")
             self.app.call_from_thread(self.adopt, model)
         except Exception as exc:   # bad path, unsupported format: a message, never a traceback
             message, severity = f"Import failed: {exc}", "error"
