@@ -129,3 +129,9 @@ async def test_a_compare_column_being_replaced_is_not_synced():
         column.text = "even more"
         await column.sync()
         assert column.shown == "hello"
+
+
+def test_report_scores_read_as_words():
+    from llmchat.tui.screens.compare_report import result_stats
+    line = result_stats({"generated_tokens": 3, "scores": {"exact_match": False, "contains": True}})
+    assert line.endswith("exact match: no · contains: yes") and "=" not in line

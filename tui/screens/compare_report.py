@@ -24,8 +24,11 @@ def result_stats(result: dict) -> str:
     parts.append(f"{result.get('cached_tokens', 0)}/{result.get('prompt_tokens', 0)} cached")
     if result.get("finish_reason") not in (None, "stop"):
         parts.append(str(result["finish_reason"]))
-    if result.get("scores"):
-        parts.append(", ".join(f"{k}={v}" for k, v in result["scores"].items()))
+    for name, value in (result.get("scores") or {}).items():   # exact_match: yes · contains: no
+        if value is not None:
+            shown = ("yes" if value else "no") if isinstance(value, bool) else f"{value:.2f}" \
+                if isinstance(value, float) else str(value)
+            parts.append(f"{name.replace('_', ' ')}: {shown}")
     return " · ".join(parts)
 
 
@@ -41,7 +44,9 @@ class CompareReportScreen(Screen):
         with Horizontal():
             items = [ListItem(Label(str(p.get("display") or p.get("prompt") or "")[:60]))
                      for p in self.report["prompts"]]
-            yield ListView(*items, id="report-prompts")
+            with Vertical(id="report-side"):
+                yield Label("Prompts", classes="compare-title")
+                yield ListView(*items, id="report-prompts")
             with Vertical():
                 yield Static("", id="report-prompt")
                 yield Horizontal(id="report-columns")
