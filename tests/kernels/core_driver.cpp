@@ -3,6 +3,7 @@
 // aarch64 (run under qemu) by test_isa_builds.py. Prints "isa=<path>" and "ok <n> checks"; exit 1 on failure.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "core/kernels.h"
@@ -59,6 +60,52 @@ void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, 
   std::snprintf(name, sizeof name, "attention hq=%d hkv=%d D=%d bs=%d bpg=%d window=%d threads=%d", hq, hkv, D, bs, bpg, window,
                 rt.num_threads);
   expect_close(name, out, want, tol<T>());
+}
+
+// Determinism (issue 16): one sequence of L tokens; each query row computed as a decode step (alone, 1 and 4
+// threads: a split plan), inside 7-token prefill chunks and inside the full prefill gives the same bits.
+template <typename T>
+void check_attention_rows(int hq, int hkv, int D, int bs, int L, int window, int bpg) {
+  const int blocks = (L + bs - 1) / bs, cache_blocks = (blocks + bpg - 1) / bpg * bpg;
+  std::vector<int32_t> table(blocks);
+  for (int b = 0; b < blocks; ++b) table[b] = blocks - 1 - b;
+  auto kc = random_vec<T>(size_t(cache_blocks) * hkv * bs * D), vc = random_vec<T>(kc.size());
+  auto q = random_vec<T>(size_t(L) * hq * D);
+  auto attend = [&](int first, int n, const Runtime& rt) {  // query positions [first, first + n)
+    std::vector<T> out(size_t(n) * hq * D);
+    std::vector<int32_t> lens{first + n}, qsl{0, n};
+    PagedAttentionArgs a;
+    a.dtype = dtype_of<T>();
+    a.query = q.data() + size_t(first) * hq * D, a.q_stride_token = int64_t(hq) * D, a.q_stride_head = D;
+    a.key_cache = kc.data(), a.value_cache = vc.data();
+    a.o_stride_token = int64_t(hq) * D, a.o_stride_head = D;
+    a.block_tables = table.data(), a.bt_stride = blocks, a.seq_lens = lens.data(), a.query_start_loc = qsl.data();
+    a.num_seqs = 1, a.num_q_heads = hq, a.num_kv_heads = hkv, a.head_size = D, a.block_size = bs;
+    a.blocks_per_group = bpg, a.scale = 1.0f / std::sqrt(float(D)), a.sliding_window = window;
+    a.out = out.data();
+    paged_attention(a, rt);
+    return out;
+  };
+  const Runtime one = serial_runtime(), four = chunked(4);
+  const std::vector<T> full = attend(0, L, four);
+  const size_t row = size_t(hq) * D;
+  bool same = true;
+  for (int p : {0, bs - 1, bs, 63, 64, 511, 512, L - 1})
+    for (const Runtime* rt : {&one, &four}) {
+      const std::vector<T> got = attend(p, 1, *rt);
+      same = same && std::memcmp(got.data(), full.data() + p * row, row * sizeof(T)) == 0;
+    }
+  for (int first = 0; first < L; first += 7) {
+    const int n = std::min(7, L - first);
+    const std::vector<T> got = attend(first, n, one);
+    same = same && std::memcmp(got.data(), full.data() + first * row, n * row * sizeof(T)) == 0;
+  }
+  ++checks;
+  if (!same) {
+    ++failures;
+    std::printf("FAIL attention rows differ between decode, chunks and prefill: hq=%d hkv=%d D=%d bs=%d window=%d bpg=%d\n",
+                hq, hkv, D, bs, window, bpg);
+  }
 }
 
 template <typename T>
@@ -178,6 +225,9 @@ void check_all() {
   for (int bpg : {2, 4})  // grouped caches: blocks of a group share a run per head
     check_attention<T>(8, 2, 128, 16, {{1, 300}, {7, 70}, {1, 1}, {1, 1500}}, -1, four, bpg);
   check_attention<T>(9, 3, 64, 8, {{1, 97}, {12, 40}}, 32, one, 3);
+  for (int D : {64, 128}) check_attention_rows<T>(8, 2, D, 16, 600, -1, 1);
+  check_attention_rows<T>(9, 3, 64, 16, 600, 100, 4);
+  check_attention_rows<T>(4, 4, 64, 8, 600, -1, 4);
   check_small_ops<T>();
   for (int bpg : {1, 3}) check_cache_ops<T>(bpg);
 }
