@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "core/gemv.h"
@@ -55,6 +56,39 @@ void check(int64_t m, int64_t n, int64_t k, bool bias, bool packed, int threads)
   }
 }
 
+// Determinism (issue 16): each output row is the same bits whatever M and the thread count (rows alone on one
+// thread, in chunks of 5 on three, all at once on three).
+template <typename T>
+void check_rows_independent(int64_t n, int64_t k, bool packed) {
+  const int64_t m = 23;
+  auto x = random_vec<T>(size_t(m * k)), w = random_vec<T>(size_t(n * k)), b = random_vec<T>(size_t(n));
+  std::vector<bf16_t> pw;
+  auto run = [&](int64_t first, int64_t rows, int threads, std::vector<T>& out) {
+    LinearArgs a;
+    a.dtype = dtype_of<T>();
+    a.x = x.data() + first * k, a.x_stride = k, a.weight = w.data();
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      if (packed) a.weight = pw.data(), a.packed = true;
+    }
+    a.bias = b.data(), a.out = out.data() + first * n, a.out_stride = n;
+    a.m = rows, a.n = n, a.k = k;
+    linear_small_m(a, chunked(threads));
+  };
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (packed) pw = pack(w, n, k);
+  }
+  std::vector<T> all(size_t(m * n)), alone(all.size()), fives(all.size());
+  run(0, m, 3, all);
+  for (int64_t t = 0; t < m; ++t) run(t, 1, 1, alone);
+  for (int64_t t = 0; t < m; t += 5) run(t, std::min<int64_t>(5, m - t), 3, fives);
+  ++checks;
+  if (std::memcmp(all.data(), alone.data(), all.size() * sizeof(T)) != 0 ||
+      std::memcmp(all.data(), fives.data(), all.size() * sizeof(T)) != 0) {
+    ++failures;
+    std::printf("FAIL rows depend on M or threads: n=%lld k=%lld packed=%d\n", (long long)n, (long long)k, int(packed));
+  }
+}
+
 int main() {
   const int64_t shapes[][3] = {{1, 1, 1}, {1, 33, 64}, {3, 17, 31}, {5, 40, 48}, {7, 64, 100}, {13, 35, 577}, {40, 21, 96}};
   for (auto& s : shapes)
@@ -65,6 +99,12 @@ int main() {
         check<bf16_t>(s[0], s[1], s[2], bias, false, threads);
         check<bf16_t>(s[0], s[1], s[2], bias, true, threads);
       }
+  for (int64_t k : {31, 100, 577}) {
+    check_rows_independent<float>(37, k, false);
+    check_rows_independent<fp16_t>(37, k, false);
+    check_rows_independent<bf16_t>(37, k, false);
+    check_rows_independent<bf16_t>(37, k, true);
+  }
   std::printf("isa=%s\nok %d checks, %d failed\n", isa_name(), checks, failures);
   return failures ? 1 : 0;
 }
