@@ -22,3 +22,14 @@ def tiny_model_dir(tmp_path_factory):
         return made[arch]
 
     return get
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    """A URL on 127.0.0.1 nothing listens on (a remote endpoint that is down)."""
+    import socket
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}"

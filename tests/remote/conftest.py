@@ -2,7 +2,6 @@
 the server, `llmchat serve` in a subprocess. Both serve the same tiny greedy Llama the local engine runs."""
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 
@@ -32,13 +31,3 @@ def server(remote_model):
 @pytest.fixture(scope="module")
 def endpoint(server):
     return make_endpoint("lab", server.base_url)
-
-
-@pytest.fixture
-def closed_port_url() -> str:
-    """A URL nothing listens on (an endpoint that is down)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}"

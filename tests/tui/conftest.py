@@ -39,14 +39,3 @@ def chat_model(tmp_path_factory) -> Path:
 def long_model(tmp_path_factory) -> Path:
     """EOS is an id the tokenizer never produces: every reply runs to max_tokens (stop / continue tests)."""
     return make_model(tmp_path_factory.mktemp("long-model"), "llama", eos_token_id=383)
-
-
-@pytest.fixture
-def closed_port_url() -> str:
-    """A URL nothing listens on (a remote endpoint that is down)."""
-    import socket
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}"
