@@ -13,7 +13,7 @@ def test_llmchat_in_tmux_answers_a_message(tmp_path, chat_model):
         wait_for_screen(socket, lambda s: "Sessions" in s and "loaded" in s, "the app with the model loaded")
         tmux(socket, "send-keys", "-t", "smoke", "-l", "hello")
         tmux(socket, "send-keys", "-t", "smoke", "Enter")
-        screen = wait_for_screen(socket, lambda s: "TTFT" in s, "a reply with its stats line")
+        screen = wait_for_screen(socket, lambda s: "TTFT" in s and "generating" not in s, "a reply with its stats line")
         assert "You" in screen and "hello" in screen and "tokens" in screen
         tmux(socket, "send-keys", "-t", "smoke", "C-q")
         wait_for_screen(socket, lambda s: "Sessions" not in s, "the app to quit")
@@ -22,3 +22,23 @@ def test_llmchat_in_tmux_answers_a_message(tmp_path, chat_model):
     # what the smoke test typed was saved
     rows = sqlite3.connect(tmp_path / "data" / "chats.sqlite3").execute("SELECT role, content FROM messages").fetchall()
     assert rows[0] == ("user", "hello") and rows[1][0] == "assistant"
+
+
+def test_real_smollm2_answers_with_default_settings(tmp_path):
+    """The real binary on the real GGUF as a new user runs it: no settings beyond a small KV cache."""
+    from real_model import smollm2_gguf
+    env = app_env(tmp_path)
+    socket = start_app(env, f"--model {smollm2_gguf()}")
+    try:
+        wait_for_screen(socket, lambda s: "Sessions" in s and "loaded" in s, "SmolLM2 loaded", timeout=300)
+        tmux(socket, "send-keys", "-t", "smoke", "-l", "What is the capital of France?")
+        tmux(socket, "send-keys", "-t", "smoke", "Enter")
+        wait_for_screen(socket, lambda s: "TTFT" in s and "generating" not in s, "the finished reply", timeout=300)
+        tmux(socket, "send-keys", "-t", "smoke", "C-q")
+        wait_for_screen(socket, lambda s: "Sessions" not in s, "the app to quit")
+    finally:
+        stop_tmux(socket)
+    with sqlite3.connect(tmp_path / "data" / "chats.sqlite3") as conn:
+        rows = conn.execute("SELECT role, content, finish_reason FROM messages ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == ["user", "assistant"]
+    assert rows[1][2] in ("stop", "length") and len(rows[1][1].split()) >= 3    # words, not an empty reply
