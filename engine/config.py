@@ -1,8 +1,25 @@
 """Engine settings: one dataclass, validated once, shared by scheduler, block manager and model runner."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+
+# Steps of up to this many tokens run kernels.linear_small_m: faster than oneDNN up to M=64 here, measured
+# per op and end to end (layers/linear.py).
+DEFAULT_SMALL_M_MAX = 32
+
+
+def _env_switch(name: str, default: int) -> int:
+    """An A/B switch's default: the environment variable where it is set (so `LLMCHAT_LORA_FUSED=0 llmchat
+    bench ...` reaches engines a benchmark builds, in its own process or a server's), else the fast path."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
 
 
 @dataclass
@@ -25,6 +42,20 @@ class EngineConfig:
     # A request's tokens and logits do not depend on the batch, the prefix cache, chunking or threads (the
     # kernels backend; docs/performance.md, Determinism). False: library GEMMs for prefill-size steps (A/B bench).
     deterministic: bool = True
+    # Switches for A/B runs, each keeping a reference path (docs/engine-api.md, "Engine switches"). The
+    # defaults are the fast paths; the LLMCHAT_* environment variables named here override the defaults, and
+    # they are read nowhere else.
+    # Steps of up to this many tokens run the small-M linear kernel (layers/linear.py; deterministic and bf16
+    # panels make it every step size); 0: it is off, every projection runs the library GEMM. LLMCHAT_SMALL_M_MAX.
+    small_m_max: int = field(default_factory=lambda: _env_switch("LLMCHAT_SMALL_M_MAX", DEFAULT_SMALL_M_MAX))
+    # Every decoder layer in one C++ call where the model allows it (models/decoder_stack.py); False: the
+    # Python layers. LLMCHAT_DECODER_STACK=0.
+    decoder_stack: bool = field(default_factory=lambda: _env_switch("LLMCHAT_DECODER_STACK", 1) != 0)
+    # LoRA in one fused kernel call per projection, adapter weights in the model's dtype; False: the fp32
+    # torch path (lora/stack.py). LLMCHAT_LORA_FUSED=0.
+    lora_fused: bool = field(default_factory=lambda: _env_switch("LLMCHAT_LORA_FUSED", 1) != 0)
+    # bf16 weights that run the library GEMM are pre-packed for oneDNN (layers/linear.py, pack()); False: plain.
+    pack_bf16: bool = True
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
@@ -50,3 +81,5 @@ class EngineConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
         if self.max_adapters <= 0 or self.adapter_memory_gb <= 0:
             raise ValueError("max_adapters and adapter_memory_gb must be positive")
+        if self.small_m_max < 0:
+            raise ValueError(f"small_m_max must be >= 0 (0 turns the small-M kernel off), got {self.small_m_max}")

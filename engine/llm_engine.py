@@ -58,7 +58,8 @@ class LLMEngine:
                                    config.step_target_s)
         self.sampler = Sampler()
         self.metrics = EngineMetrics(num_blocks, self.kv_cache_gb)
-        self.lora = LoraManager(self.runner, config.max_adapters, int(config.adapter_memory_gb * 2**30))
+        self.lora = LoraManager(self.runner, config.max_adapters, int(config.adapter_memory_gb * 2**30),
+                                config.lora_fused)
         self.scheduler.on_finish = self._release_adapter
         self.requests: dict[str, Sequence] = {}
         self._pending: list[StreamDelta] = []     # deltas produced outside step() (aborts)

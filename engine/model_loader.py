@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from .config import DEFAULT_SMALL_M_MAX
 from .models import MODEL_CLASSES, STACKED_PARAMS, CausalLM, ModelArgs
 
 log = logging.getLogger(__name__)
@@ -127,9 +128,11 @@ def _target(name: str) -> tuple[str, int | None]:
 
 def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: int, ops, kernels,
                 progress: LoadProgress | None = None, quantize: str | None = None,
-                deterministic: bool = True) -> CausalLM:
+                deterministic: bool = True, small_m_max: int = DEFAULT_SMALL_M_MAX, pack_bf16: bool = True,
+                decoder_stack: bool = True) -> CausalLM:
     """quantize: "q8_0" | "q4_0" | "q4_k" quantizes a 16/32-bit checkpoint's projections while loading.
-    deterministic: projections whose rows do not depend on the step's size (EngineConfig.deterministic)."""
+    deterministic: projections whose rows do not depend on the step's size (EngineConfig.deterministic).
+    small_m_max, pack_bf16, decoder_stack: EngineConfig's switches for A/B runs (CausalLM.finish_init)."""
     args = ModelArgs.from_config(config)
     with torch.device("meta"):
         model = MODEL_CLASSES[args.architecture](args, ops, kernels)
@@ -152,7 +155,8 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
             quantize_model(model, quantize)
             total = read_bytes + model.preparation_bytes()
     model.finish_init(max_positions, progress and (lambda done: progress(read_bytes + done, total)),
-                      deterministic=deterministic)
+                      deterministic=deterministic, small_m_max=small_m_max, pack_bf16=pack_bf16,
+                      decoder_stack=decoder_stack)
     if progress is not None:
         progress(total, total)
     return model.eval()

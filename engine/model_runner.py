@@ -55,7 +55,9 @@ class ModelRunner:
         self.attention_backend = "kernels" if self.kernels is not None else "torch"
         with torch.inference_mode():
             self.model = build_model(folder, raw, self.dtype, self.max_model_len, self.ops, self.kernels,
-                                     load_progress, quantize=config.quantize, deterministic=config.deterministic)
+                                     load_progress, quantize=config.quantize, deterministic=config.deterministic,
+                                     small_m_max=config.small_m_max, pack_bf16=config.pack_bf16,
+                                     decoder_stack=config.decoder_stack)
         self.key_caches: list[torch.Tensor] = []
         self.value_caches: list[torch.Tensor] = []
         self.num_blocks = 0

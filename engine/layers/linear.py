@@ -13,7 +13,7 @@ bf16 weights are pre-packed for oneDNN after loading (`pack()`): torch's plain b
 2-4x slower than the packed path, and decode is bound by exactly that read. A packed layer has
 `weight = None` and keeps `packed_weight` (an opaque oneDNN tensor); its shape facts stay on the layer.
 
-With the kernels backend (`finalize(kernels=...)`), steps of at most SMALL_M_MAX tokens (decode) run
+With the kernels backend (`finalize(kernels=...)`), steps of at most `small_m_max` tokens (decode) run
 `kernels.linear_small_m`, which streams the weight at memory bandwidth; larger steps (prefill) keep the GEMM
 path above, which stays the oracle. Deterministic (`finalize(deterministic=True)`, the engine's default): every
 step size runs linear_small_m, whose output rows each take one fixed sequence of operations set by K alone
@@ -28,7 +28,6 @@ slices of one kind as one call. Without the kernels (the torch backend) the op's
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 import torch
@@ -37,12 +36,10 @@ from torch import nn
 
 from llmchat.kernels.quant import KINDS, QuantWeight, reference_linear
 
+from ..config import DEFAULT_SMALL_M_MAX
+
 log = logging.getLogger(__name__)
-PACK_BF16 = True   # module switch, so a benchmark can compare packed and plain in one process
 PACK_MIN_ELEMENTS = 1 << 16   # below this oneDNN's fixed call cost outweighs the faster weight read
-# Steps of up to this many tokens use kernels.linear_small_m (faster than oneDNN up to M=64 here, measured
-# per op and end to end); LLMCHAT_SMALL_M_MAX=0 turns it off for A/B benchmarks.
-SMALL_M_MAX = int(os.environ.get("LLMCHAT_SMALL_M_MAX", "32"))
 try:
     _linear_packed = torch.ops.mkldnn._linear_pointwise.default
 except (AttributeError, RuntimeError):  # a torch build without oneDNN: plain F.linear only
@@ -96,16 +93,18 @@ class Linear(nn.Module):
                 runs.append((self.slice_offsets[i], [w]))
         return [(start, ws[0] if len(ws) == 1 else QuantWeight.cat(ws)) for start, ws in runs]
 
-    def finalize(self, keep_dense: bool = False, kernels=None, deterministic: bool = False) -> None:
+    def finalize(self, keep_dense: bool = False, kernels=None, deterministic: bool = False,
+                 small_m_max: int = DEFAULT_SMALL_M_MAX, pack_bf16: bool = True) -> None:
         """After loading: pack if worthwhile, then keep plain references for forward (nn.Module's
         __getattr__ for parameters costs microseconds per access on the hot path). Call again after
         replacing the weights. kernels: the llmchat.kernels module to run small steps with, or None.
-        deterministic: the small-M kernel runs every step size (rows independent of M, see the module doc)."""
+        deterministic: the small-M kernel runs every step size (rows independent of M, see the module doc).
+        small_m_max, pack_bf16: EngineConfig's switches (0 / False: the library GEMM, plain weights)."""
         self.small_m_weight = None
         if self.quantized:
             self._finalize_quantized(kernels)
             return
-        if kernels is not None and self.weight is not None and SMALL_M_MAX > 0:
+        if kernels is not None and self.weight is not None and small_m_max > 0:
             self.small_m_weight = self._small_m_weight(kernels, self.weight)
         # bf16 panels run every step size about as fast as oneDNN (0.9-1.08x from M=64 to 1024, measured), so
         # they are the only copy kept: no second, oneDNN-packed copy of the weight, no OpenMP pool in the step.
@@ -115,9 +114,9 @@ class Linear(nn.Module):
             if not keep_dense:
                 del self.weight
                 self.register_parameter("weight", None)
-        elif self.weight is not None and self.weight.device.type == "cpu" and not every_m:
+        elif self.weight is not None and self.weight.device.type == "cpu" and not every_m and pack_bf16:
             self.pack(keep_dense)   # (with every_m the dense weight is what the small-M kernel reads)
-        small_max = sys.maxsize if every_m else SMALL_M_MAX
+        small_max = sys.maxsize if every_m else small_m_max
         self.__dict__["_small_max"] = small_max if self.small_m_weight is not None else -1
         self.__dict__["_small_op"] = torch.ops.llmchat.linear_small_m if self.small_m_weight is not None else None
         self.__dict__["_w"] = self.packed_weight if self.packed_weight is not None else self.weight
@@ -189,7 +188,7 @@ class Linear(nn.Module):
         """Pre-pack a bf16 weight for oneDNN when that path exists here and gives F.linear's result.
         keep_dense keeps `weight` too (a tied lm_head shares it with the embedding)."""
         w = self.weight
-        if (not PACK_BF16 or _linear_packed is None or w is None or w.dtype != torch.bfloat16
+        if (_linear_packed is None or w is None or w.dtype != torch.bfloat16
                 or w.numel() < PACK_MIN_ELEMENTS or not torch.backends.mkldnn.is_available()):
             return False
         try:

@@ -9,7 +9,6 @@ set_step()/group_chunks() run in the engine thread.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from pathlib import Path
 
@@ -21,9 +20,6 @@ from .registry import AdapterRegistry
 from .stack import SiteStack
 
 _LAYER_PREFIX = re.compile(r"^model\.layers\.(\d+)\.(?:self_attn|mlp)\.\w+$")
-# With the kernels built, each projection applies LoRA with one fused llmchat.kernels.lora_apply call and
-# keeps adapter weights in the model's dtype; LLMCHAT_LORA_FUSED=0 keeps the fp32 torch path (A/B benchmarks).
-FUSED = os.environ.get("LLMCHAT_LORA_FUSED", "1") != "0"
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -58,14 +54,16 @@ class LoraSite:
 
 
 class LoraManager:
-    def __init__(self, runner, max_adapters: int = 8, max_bytes: int = 1 << 30) -> None:
+    def __init__(self, runner, max_adapters: int = 8, max_bytes: int = 1 << 30, fused: bool = True) -> None:
+        """fused (EngineConfig.lora_fused): with the kernels built, each projection applies LoRA in one
+        llmchat.kernels.lora_apply call with adapter weights in the model's dtype; False: the fp32 torch path."""
         self.runner = runner
         self.registry = AdapterRegistry(max_adapters, max_bytes)
         self.segments: list[tuple[int, int, int]] = []     # this step's (slot, first token, end token)
         self.segment_tensor: torch.Tensor | None = None    # the same as int32 [N, 3], for the fused op
         self.uniform: tuple[int, int, int, int] | None = None
         self.kernels = kernels = getattr(runner, "kernels", None)
-        fused = FUSED and kernels is not None and runner.dtype in _FUSED_DTYPES
+        fused = fused and kernels is not None and runner.dtype in _FUSED_DTYPES
         self.fused_op = torch.ops.llmchat.lora_apply if fused else None
         self.weights_dtype = runner.dtype if fused else COMPUTE_DTYPE
         self.layers = []                                   # hooked Linear modules, site index = position

@@ -3,14 +3,13 @@
 The op runs the same core kernels in the same order on the same buffers as DecoderLayer.forward, so its
 output is bit for bit the Python path's; it saves the Python round trip and the input checks of each op of
 each layer (~120 op calls per decode step for a 30-layer model). The Python layers stay the oracle and
-the path for what the op does not cover: the torch backends, LoRA on its torch path (LLMCHAT_LORA_FUSED=0),
-and, for weights without bf16 panels, steps larger than the small-M linear takes. A step with LoRA tokens
+the path for what the op does not cover: the torch backends, LoRA on its torch path (EngineConfig.lora_fused
+off), and, for weights without bf16 panels, steps larger than the small-M linear takes. A step with LoRA tokens
 passes every projection's adapter stack (as published at that moment) and the step's token segments.
-LLMCHAT_DECODER_STACK=0 turns it off (A/B benchmarks).
+EngineConfig.decoder_stack=False turns it off (A/B benchmarks; the model does not build it then).
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
@@ -61,7 +60,7 @@ class DecoderStack:
     @staticmethod
     def build(model, layers, kernels) -> DecoderStack | None:
         """The stack for this model, or None where the Python layers must run."""
-        if kernels is None or os.environ.get("LLMCHAT_DECODER_STACK", "1") == "0":
+        if kernels is None:
             return None
         for layer in layers:
             projections = _projections(layer)

@@ -19,6 +19,7 @@ from torch import nn
 from llmchat.kernels.memory import pack_into_huge_pages
 
 from ..attention import AttentionMetadata, make_attention
+from ..config import DEFAULT_SMALL_M_MAX
 from ..layers.linear import Linear
 from ..layers.norm import RMSNorm
 from ..layers.rotary import cos_sin_cache
@@ -168,10 +169,12 @@ class CausalLM(nn.Module):
                        if isinstance(m, Linear) and m.weight is not None and not m.is_quantized)
 
     def finish_init(self, max_positions: int, progress: Callable[[int], None] | None = None,
-                    deterministic: bool = True) -> None:
+                    deterministic: bool = True, small_m_max: int = DEFAULT_SMALL_M_MAX, pack_bf16: bool = True,
+                    decoder_stack: bool = True) -> None:
         """After the weights exist on CPU: tie embeddings, build the shared rotary cache, prepare the
         projections; progress(bytes prepared) as it goes (see preparation_bytes). deterministic: projections
-        whose rows do not depend on the step's size (layers/linear.py)."""
+        whose rows do not depend on the step's size (layers/linear.py). small_m_max, pack_bf16, decoder_stack:
+        EngineConfig's switches for A/B runs."""
         table = self.quantized_embedding
         if self.args.tie_word_embeddings and table is not None:
             self.lm_head.set_quantized(None, table)
@@ -185,7 +188,8 @@ class CausalLM(nn.Module):
             if isinstance(module, Linear):
                 weight_bytes = module.weight.nbytes if module.weight is not None and not module.is_quantized else 0
                 module.finalize(keep_dense=module is self.lm_head and self.args.tie_word_embeddings,
-                                kernels=self._kernels, deterministic=deterministic)
+                                kernels=self._kernels, deterministic=deterministic, small_m_max=small_m_max,
+                                pack_bf16=pack_bf16)
                 prepared += weight_bytes
                 if progress is not None:
                     progress(prepared)
@@ -200,9 +204,9 @@ class CausalLM(nn.Module):
                 module.bind()
         embed = (self._quantized_lookup() or self._tied_panel_embedding()
                  or partial(F.embedding, weight=self.model.embed_tokens.weight))
+        stack = DecoderStack.build(self, list(self.model.layers), self._kernels) if decoder_stack else None
         self.__dict__.update(_layers=[layer.forward for layer in self.model.layers], _embed=embed,
-                             _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward,
-                             _stack=DecoderStack.build(self, list(self.model.layers), self._kernels))
+                             _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward, _stack=stack)
 
     def _quantized_in_huge_pages(self) -> None:
         """Quantized weights streamed every decode step move into huge pages too (as the panels below); a

@@ -1,5 +1,5 @@
 """The decoder stack (every layer in one C++ call) gives the Python layers' logits bit for bit, runs where
-it applies, and steps aside where it does not (the torch backend, LLMCHAT_DECODER_STACK=0, LoRA steps)."""
+it applies, and steps aside where it does not (the torch backend, EngineConfig.decoder_stack off, LoRA steps)."""
 from __future__ import annotations
 
 import pytest
@@ -41,11 +41,10 @@ def test_stack_matches_the_python_layers_bit_for_bit(tmp_path, arch, overrides, 
             assert torch.equal(g, w)
 
 
-def test_stack_steps_aside_where_it_does_not_apply(tmp_path, monkeypatch):
+def test_stack_steps_aside_where_it_does_not_apply(tmp_path):
     llama = make_model(tmp_path / "llama", "llama")
     assert make_runner(llama, backend="torch").model._stack is None      # the reference backend
-    monkeypatch.setenv("LLMCHAT_DECODER_STACK", "0")
-    assert make_runner(llama, backend="kernels").model._stack is None
+    assert make_runner(llama, backend="kernels", decoder_stack=False).model._stack is None
 
 
 def test_lora_on_its_torch_path_runs_the_python_layers(tmp_path):

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import llmchat.kernels as K
-from llmchat.engine.layers import linear as linear_mod
+from llmchat.engine.config import DEFAULT_SMALL_M_MAX
 from llmchat.engine.layers.linear import Linear
 
 
@@ -33,7 +33,7 @@ def test_small_steps_use_the_kernel_and_match_the_oracle(dtype, bias):
     assert layer.small_m_weight is not None and oracle.small_m_weight is None
     if dtype == torch.bfloat16 and K.packed_native():
         assert layer.small_m_weight.dim() == 3  # packed panels
-    for m in (1, 3, linear_mod.SMALL_M_MAX, linear_mod.SMALL_M_MAX + 1, 70):
+    for m in (1, 3, DEFAULT_SMALL_M_MAX, DEFAULT_SMALL_M_MAX + 1, 70):
         x = torch.randn(m, 576).to(dtype)
         want = F.linear(x.double(), dense.double(), None if layer.bias is None else layer.bias.double())
         for got in (layer(x), oracle(x)):
@@ -73,3 +73,20 @@ def test_the_real_engine_builds_small_m_weights_on_the_kernels_backend(tmp_path)
         assert all((m.small_m_weight is not None) == (backend == "kernels") for m in layers)
         outs[backend] = llm.generate([[5, 6, 7, 8]], params)[0].token_ids
     assert len(outs["kernels"]) == 6 and len(outs["torch"]) == 6
+
+
+def test_small_m_max_zero_runs_every_projection_on_the_library_gemm(tmp_path):
+    """EngineConfig.small_m_max=0 (the A/B switch): no small-M weights, the same greedy tokens."""
+    from tiny_models import make_model
+
+    from llmchat.engine import LLM, SamplingParams
+
+    path = make_model(tmp_path / "m", "llama")
+    params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    outs = {}
+    for small_m_max in (0, DEFAULT_SMALL_M_MAX):
+        llm = LLM(path, dtype="float32", kv_cache_gb=0.05, small_m_max=small_m_max)
+        layers = [m for m in llm.engine.runner.model.modules() if isinstance(m, Linear)]
+        assert all((m.small_m_weight is not None) == (small_m_max > 0) for m in layers)
+        outs[small_m_max] = llm.generate([[5, 6, 7, 8]], params)[0].token_ids
+    assert outs[0] == outs[DEFAULT_SMALL_M_MAX]

@@ -8,13 +8,11 @@ import torch
 from lora_helpers import StepChunk, StepSeq, make_adapter
 
 from llmchat.engine import LLM
-from llmchat.engine.lora import manager as manager_module
 
 
-def projection_outputs(model, adapter, fused: bool, monkeypatch) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def projection_outputs(model, adapter, fused: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(outputs with the adapter on tokens 1..3, outputs of the base model) of every hooked projection."""
-    monkeypatch.setattr(manager_module, "FUSED", fused)
-    llm = LLM(model, dtype="bfloat16")
+    llm = LLM(model, dtype="bfloat16", lora_fused=fused)
     lora = llm.engine.lora
     assert (lora.fused_op is not None) == fused
     assert lora.weights_dtype == (torch.bfloat16 if fused else torch.float32)
@@ -31,11 +29,11 @@ def projection_outputs(model, adapter, fused: bool, monkeypatch) -> tuple[list[t
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_fused_bf16_path_matches_fp32_torch_path(arch, tiny_model_dir, tmp_path, monkeypatch):
+def test_fused_bf16_path_matches_fp32_torch_path(arch, tiny_model_dir, tmp_path):
     model = tiny_model_dir(arch)
     adapter = make_adapter(model, tmp_path / "a", r=8, alpha=16, seed=5)
-    fused, base = projection_outputs(model, adapter, True, monkeypatch)
-    oracle, _ = projection_outputs(model, adapter, False, monkeypatch)
+    fused, base = projection_outputs(model, adapter, True)
+    oracle, _ = projection_outputs(model, adapter, False)
     for got, want, plain in zip(fused, oracle, base):
         assert torch.equal(got[0], plain[0])                       # the base-model token
         delta = (want[1:].float() - plain[1:].float()).abs().max().item()

@@ -76,14 +76,13 @@ def test_bf16_and_fp32_activations_both_run(store, tiny_gguf, dtype):
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
-def test_the_decoder_stack_runs_quantized_layers_like_the_python_layers(store, tiny_gguf, arch, monkeypatch):
+def test_the_decoder_stack_runs_quantized_layers_like_the_python_layers(store, tiny_gguf, arch):
     """The C++ decoder stack takes quantized projections (runs of mixed kinds): bit for bit the Python layers'
     output, and it serves every step size."""
     path = str(store.import_path(tiny_gguf(arch, "mixed")).path)
     fast = LLM(path, dtype="float32", kv_cache_gb=0.02)
     assert fast.engine.runner.model._stack is not None and fast.engine.runner.model._stack.quant
-    monkeypatch.setenv("LLMCHAT_DECODER_STACK", "0")
-    python_layers = LLM(path, dtype="float32", kv_cache_gb=0.02)
+    python_layers = LLM(path, dtype="float32", kv_cache_gb=0.02, decoder_stack=False)
     assert python_layers.engine.runner.model._stack is None
     ids = greedy(fast).prompt_token_ids * 4
     assert torch.equal(sequence_logits(fast, ids), sequence_logits(python_layers, ids))
