@@ -11,6 +11,12 @@ try:
     importlib.import_module("llmchat.kernels._C")
 except ImportError as exc:  # not built (no compiler at install time) or built for another torch
     _error = str(exc)
+else:
+    # a build made for a wider CPU (LLMCHAT_KERNELS_ARCH_FLAGS, a copied install) must not run its kernels here
+    _missing = torch.ops.llmchat.missing_cpu_features()
+    if _missing:
+        _error = (f"they were compiled for CPU features this CPU lacks ({_missing}; built for "
+                  f"{torch.ops.llmchat.compiled_cpu_features()}); rebuild them on this machine")
 
 
 def available() -> bool:

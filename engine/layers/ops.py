@@ -1,4 +1,4 @@
-"""The small fused ops (norms, rotary, SiLU*mul) behind one switch: llmchat.kernels or pure torch.
+"""The small fused ops (norms, rotary, SiLU*mul, GELU*mul) behind one switch: llmchat.kernels or pure torch.
 
 Layers call `ops.rms_norm(...)` etc. on the object chosen once at load time, so there is no backend
 branching per layer per step.
@@ -49,6 +49,12 @@ class TorchOps:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate).mul_(up)
 
+    @staticmethod
+    def gelu_tanh_and_mul(x: torch.Tensor) -> torch.Tensor:
+        """Gemma's GeGLU gate: gelu (tanh approximation) of the gate times up, as transformers."""
+        gate, up = x.chunk(2, dim=-1)
+        return F.gelu(gate, approximate="tanh").mul_(up)
+
 
 class KernelOps:
     """llmchat.kernels (C++), same semantics; fused_add_rms_norm works in place.
@@ -84,6 +90,9 @@ class KernelOps:
         self._silu(x, out)
         return out
 
+    # no C++ GELU kernel yet: torch's (the Gemma layers run in Python, models/gemma3.py)
+    gelu_tanh_and_mul = staticmethod(TorchOps.gelu_tanh_and_mul)
+
 
 def load_kernels():
     """The llmchat.kernels module if its extension is built, else None (after one warning)."""
@@ -92,7 +101,7 @@ def load_kernels():
         import llmchat.kernels as kernels
         if getattr(kernels, "available", None) and kernels.available():
             return kernels
-        reason = "the C++ extension is not built"
+        reason = kernels.load_error() or "the C++ extension is not built"
     except Exception as exc:  # an import error of the extension must not stop the app
         reason = f"it failed to load ({exc})"
     if not _warned:

@@ -4,6 +4,7 @@
 
 #include "attention_binding.h"
 #include "checks.h"
+#include "../core/cpu_features.h"
 
 namespace llmchat::binding {
 namespace {
@@ -109,6 +110,8 @@ void rotary_embedding_op(const at::Tensor& positions, at::Tensor& query, at::Ten
 }
 
 std::string isa_op() { return isa_name(); }
+std::string compiled_cpu_features_op() { return compiled_cpu_features(); }
+std::string missing_cpu_features_op() { return missing_cpu_features(); }
 
 double read_sum_op(const at::Tensor& x) {
   const char* op = "read_sum";
@@ -151,6 +154,8 @@ TORCH_LIBRARY(llmchat, m) {
         "bool is_neox) -> ()");
   m.def("silu_and_mul(Tensor x, Tensor(a!) out) -> ()");
   m.def("isa() -> str", &llmchat::binding::isa_op);
+  m.def("compiled_cpu_features() -> str", &llmchat::binding::compiled_cpu_features_op);
+  m.def("missing_cpu_features() -> str", &llmchat::binding::missing_cpu_features_op);
   m.def("read_sum(Tensor x) -> float");
   m.def("read_runs_sum(Tensor x, Tensor run_starts, int run_floats) -> float");
 }
