@@ -13,6 +13,7 @@ from safetensors import safe_open
 
 from .config import DEFAULT_SMALL_M_MAX
 from .models import MODEL_CLASSES, STACKED_PARAMS, CausalLM, ModelArgs
+from .store.support import ARCHITECTURE_NOTES
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -126,6 +127,14 @@ def _target(name: str) -> tuple[str, int | None]:
     return name, None
 
 
+def _renamed(key: str, renames: tuple[tuple[str, str], ...]) -> str:
+    """A checkpoint name under the engine's prefix (the text part of a multimodal checkpoint)."""
+    for old, new in renames:
+        if key.startswith(old):
+            return new + key[len(old):]
+    return key
+
+
 def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: int, ops, kernels,
                 progress: LoadProgress | None = None, quantize: str | None = None,
                 deterministic: bool = True, small_m_max: int = DEFAULT_SMALL_M_MAX, pack_bf16: bool = True,
@@ -134,6 +143,8 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
     deterministic: projections whose rows do not depend on the step's size (EngineConfig.deterministic).
     small_m_max, pack_bf16, decoder_stack: EngineConfig's switches for A/B runs (CausalLM.finish_init)."""
     args = ModelArgs.from_config(config)
+    if args.architecture in ARCHITECTURE_NOTES:
+        log.warning("%s: %s", args.architecture, ARCHITECTURE_NOTES[args.architecture])
     with torch.device("meta"):
         model = MODEL_CLASSES[args.architecture](args, ops, kernels)
     model = model.to(dtype)
@@ -181,7 +192,7 @@ def load_weights(model: CausalLM, files: list[Path], progress: LoadProgress | No
             for key in f.keys():
                 if key.endswith(IGNORED_SUFFIXES):
                     continue
-                name, index = _target(key)
+                name, index = _target(_renamed(key, model.args.renames))
                 param = params.get(name)
                 if param is None:
                     continue  # e.g. lm_head.weight of a tied checkpoint
@@ -195,7 +206,8 @@ def load_weights(model: CausalLM, files: list[Path], progress: LoadProgress | No
                     raise ValueError(f"{path.name}: {key} has shape {tuple(tensor.shape)}, "
                                      f"the config expects {tuple(dest.shape)}")
                 dest.copy_(tensor)
-                loaded[name].add(index)
+                # a fused checkpoint tensor (Phi-3's qkv_proj, gate_up_proj) fills every slice at once
+                loaded[name].update(expected[name] if index is None else {index})
                 if progress is not None:
                     done += tensor.nbytes
                     progress(min(done, total), total)

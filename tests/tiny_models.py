@@ -12,12 +12,16 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     AutoModelForCausalLM,
+    Gemma3TextConfig,
     GenerationConfig,
+    GraniteConfig,
     LlamaConfig,
     MistralConfig,
+    Phi3Config,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen3Config,
+    SmolLM3Config,
 )
 
 CHAT_TEMPLATE = (
@@ -95,10 +99,29 @@ def config_for(arch: str, **overrides):
         return Qwen2Config(**_common(**overrides))
     if arch == "qwen3":
         return Qwen3Config(**_common(**{"head_dim": 16, **overrides}))
+    if arch == "granite":   # multipliers far from 1, so a missing one changes the replies
+        return GraniteConfig(**_common(**{"embedding_multiplier": 4.0, "attention_multiplier": 0.15,
+                                          "residual_multiplier": 0.5, "logits_scaling": 3.0, **overrides}))
+    if arch == "phi3":      # Phi-4-mini's shape: partial rotary, LongRoPE (short factors below 512 tokens), tied
+        return Phi3Config(**_common(**{"partial_rotary_factor": 0.75, "original_max_position_embeddings": 512,
+                                       "rope_scaling": {"type": "longrope", "short_factor": PHI3_SHORT,
+                                                        "long_factor": PHI3_LONG},
+                                       "tie_word_embeddings": True, **overrides}))
+    if arch == "smollm3":   # layer 1 is a NoPE layer
+        return SmolLM3Config(**_common(**{"no_rope_layers": [1, 0], **overrides}))
+    if arch == "gemma3":    # a local (sliding, window 20) and a global layer, each with its RoPE
+        return Gemma3TextConfig(**_common(**{
+            "head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 20,
+            "layer_types": ["sliding_attention", "full_attention"], "tie_word_embeddings": True,
+            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}},
+            **overrides}))
     raise ValueError(f"unknown arch {arch!r}")
 
 
-ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+PHI3_SHORT = [1.0, 1.1, 1.2, 1.5, 2.0, 3.0]   # one factor per rotary frequency: 16 * 0.75 / 2
+PHI3_LONG = [1.5, 2.0, 3.0, 4.0, 6.0, 8.0]
+ARCHS = ("llama", "mistral", "qwen2", "qwen3", "granite", "phi3", "smollm3", "gemma3")
 
 
 def make_model(path: Path, arch: str = "llama", *, seed: int = 0, dtype=torch.float32,
@@ -115,6 +138,8 @@ def make_model(path: Path, arch: str = "llama", *, seed: int = 0, dtype=torch.fl
         for p in model.parameters():
             if p.dim() == 2:
                 p.mul_(3.0)
+            elif arch == "gemma3":   # its norms start at w = 0: make the (1 + w) scale matter
+                p.add_(torch.randn_like(p) * 0.3)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(path, safe_serialization=True, **kwargs)
     make_tokenizer().save_pretrained(path)

@@ -23,3 +23,12 @@ class RMSNorm(nn.Module):
     def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """residual += x; return (rms_norm(residual), residual). May reuse x's storage."""
         return self.ops.fused_add_rms_norm(x, residual, self._w, self.eps)
+
+
+class GemmaRMSNorm(RMSNorm):
+    """Gemma's RMSNorm: x * (1 + w). The checkpoint stores w; the kernels get 1 + w, computed in fp32 once
+    (in fp32 that is transformers' arithmetic exactly; in bf16 the sum is rounded to bf16 once more)."""
+
+    def finalize(self) -> None:
+        w = self.weight
+        self.__dict__["_w"] = w if w.device.type == "meta" else (1.0 + w.float()).to(w.dtype)

@@ -1,8 +1,13 @@
-"""Rotary position embedding: the RoPE variants Llama/Mistral/Qwen ship, as one fp32 cos/sin cache.
+"""Rotary position embedding: the RoPE variants Llama/Mistral/Qwen/Phi-3/Gemma ship, as fp32 cos/sin caches.
 
 inv_freq is computed with the same float32 operations as transformers' ROPE_INIT_FUNCTIONS, so fp32 logits
 match it bit for bit. Both config styles are read: transformers 5 `rope_parameters` and transformers 4
-`rope_theta` + `rope_scaling`.
+`rope_theta` + `rope_scaling`. Gemma 3 has one RoPE per layer type (local layers: rope_local_base_freq).
+
+LongRoPE (Phi-3) has two frequency sets; transformers switches to the long one once a sequence passes
+original_max_position_embeddings and rotates everything again. A paged cache keeps keys rotated when they
+were written, so the engine picks one set for its lifetime: long when max_model_len exceeds the original
+context, short otherwise (docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -11,19 +16,24 @@ from typing import Any
 
 import torch
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
 
-def rope_parameters(config: dict[str, Any]) -> dict[str, Any]:
-    """One flat dict with rope_type, rope_theta and the variant's fields, whichever style config.json uses."""
+def rope_parameters(config: dict[str, Any], layer_type: str | None = None) -> dict[str, Any]:
+    """One flat dict with rope_type, rope_theta and the variant's fields, whichever style config.json uses.
+    layer_type: Gemma's "sliding_attention" / "full_attention", whose RoPEs differ."""
     params = dict(config.get("rope_parameters") or {})
     legacy = config.get("rope_scaling") or {}
+    if layer_type is not None and isinstance(params.get(layer_type), dict):
+        params, legacy = dict(params[layer_type]), {}
+    elif layer_type == "sliding_attention" and config.get("rope_local_base_freq"):
+        params, legacy = {"rope_type": "default", "rope_theta": config["rope_local_base_freq"]}, {}
     for key, value in legacy.items():
         params.setdefault(key, value)
     params["rope_type"] = params.get("rope_type") or params.get("type") or "default"
     if params.get("rope_theta") is None:
         params["rope_theta"] = config.get("rope_theta", 10000.0)
-    if params["rope_type"] in ("llama3", "yarn"):
+    if params["rope_type"] in ("llama3", "yarn", "longrope"):
         params.setdefault("original_max_position_embeddings",
                           config.get("original_max_position_embeddings", config["max_position_embeddings"]))
     if params["rope_type"] not in SUPPORTED_ROPE_TYPES:
@@ -81,14 +91,32 @@ def _yarn(base: float, dim: int, p: dict, max_position_embeddings: int) -> tuple
     return inv_freq, attention_factor
 
 
-def compute_inv_freq(config: dict[str, Any], head_dim: int) -> tuple[torch.Tensor, float]:
-    """(inv_freq [rot_dim/2] fp32, attention scaling applied to cos and sin)."""
-    p = rope_parameters(config)
+def _longrope(base: float, dim: int, p: dict, max_position_embeddings: int,
+              max_positions: int) -> tuple[torch.Tensor, float]:
+    """Phi-3's LongRoPE, the factor set picked once for the engine's max_model_len (see the module doc)."""
+    orig_len = p["original_max_position_embeddings"]
+    factor = p.get("factor") or max_position_embeddings / orig_len
+    attention_factor = p.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig_len))
+    ext = torch.tensor(p["long_factor"] if max_positions > orig_len else p["short_factor"], dtype=torch.float32)
+    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    return 1.0 / (ext * base ** shape), attention_factor
+
+
+def compute_inv_freq(config: dict[str, Any], head_dim: int, max_positions: int | None = None,
+                     layer_type: str | None = None) -> tuple[torch.Tensor, float]:
+    """(inv_freq [rot_dim/2] fp32, attention scaling applied to cos and sin). max_positions: the engine's
+    max_model_len (LongRoPE picks its factor set by it)."""
+    p = rope_parameters(config, layer_type)
     base = p["rope_theta"]
     dim = int(head_dim * p.get("partial_rotary_factor", config.get("partial_rotary_factor") or 1.0))
     kind = p["rope_type"]
     if kind == "yarn":
         return _yarn(base, dim, p, config["max_position_embeddings"])
+    if kind == "longrope":
+        return _longrope(base, dim, p, config["max_position_embeddings"],
+                         max_positions or config["max_position_embeddings"])
     inv_freq = _base_inv_freq(base, dim)
     if kind == "linear":
         inv_freq = inv_freq / p["factor"]
@@ -97,9 +125,10 @@ def compute_inv_freq(config: dict[str, Any], head_dim: int) -> tuple[torch.Tenso
     return inv_freq, 1.0
 
 
-def cos_sin_cache(config: dict[str, Any], head_dim: int, max_positions: int) -> torch.Tensor:
+def cos_sin_cache(config: dict[str, Any], head_dim: int, max_positions: int,
+                  layer_type: str | None = None) -> torch.Tensor:
     """fp32 [max_positions, rot_dim] = cat(cos, sin) of the half-dim frequencies (the kernels' layout)."""
-    inv_freq, scaling = compute_inv_freq(config, head_dim)
+    inv_freq, scaling = compute_inv_freq(config, head_dim, max_positions, layer_type)
     freqs = torch.arange(max_positions, dtype=torch.int64).float()[:, None] * inv_freq[None, :]
     return torch.cat((freqs.cos() * scaling, freqs.sin() * scaling), dim=-1).contiguous()
 

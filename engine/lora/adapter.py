@@ -17,7 +17,10 @@ from safetensors.torch import load as load_safetensors
 
 from .peft_config import read_adapter_config
 
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# A checkpoint that stores a fused projection (Phi-3) gets adapters on it: one A, and a B whose rows are the
+# slices' outputs; it is served as one LoRA per slice (the same A, B's rows of that slice), which is exact.
+FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", *FUSED)
 # base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight (an adapter name may sit before .weight)
 _KEY = re.compile(r"^base_model\.model\.(model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+))"
                   r"\.lora_([AB])(?:\.[\w-]+)?\.weight$")
@@ -106,7 +109,7 @@ def load_lora_adapter(name: str, folder: str | Path, spec: ModelSpec) -> LoraAda
         if proj not in PROJECTIONS:
             raise ValueError(f"{weights_path}: unknown target module {proj!r} in {key!r}")
         where = (layer, proj)
-        if where not in spec.shapes:
+        if _shape(spec, where) is None:
             raise ValueError(f"{weights_path}: {module_key} does not exist in the base model")
         if which in pairs.setdefault(where, {}):
             raise ValueError(f"{weights_path}: duplicate LoRA {which} tensor for {module_key}")
@@ -121,7 +124,7 @@ def load_lora_adapter(name: str, folder: str | Path, spec: ModelSpec) -> LoraAda
         if set(ab) != {"A", "B"}:
             raise ValueError(f"{weights_path}: {module_key} has lora_{''.join(ab)} but not both A and B")
         a, b = ab["A"], ab["B"]
-        in_f, out_f = spec.shapes[where]
+        in_f, out_f = _shape(spec, where)
         if a.dim() != 2 or b.dim() != 2 or a.shape[1] != in_f or b.shape[0] != out_f or a.shape[0] != b.shape[1]:
             raise ValueError(f"{weights_path}: {module_key} shapes A {tuple(a.shape)}, B {tuple(b.shape)} do not "
                              f"fit the base projection ({out_f} x {in_f}); was it trained for another model?")
@@ -132,6 +135,27 @@ def load_lora_adapter(name: str, folder: str | Path, spec: ModelSpec) -> LoraAda
         scale = config.scaling(module_key, a.shape[0])
         a = a.to(spec.dtype).contiguous()
         b = (b.float() * scale).to(spec.dtype).contiguous()
-        modules[where] = (a, b)
+        for part, b_part in _split(spec, where, b):
+            modules[part] = (a, b_part)
         nbytes += a.numel() * a.element_size() + b.numel() * b.element_size()
     return LoraAdapter(name=name, path=folder, content_hash=digest.hexdigest(), modules=modules, nbytes=nbytes)
+
+
+def _shape(spec: ModelSpec, where: tuple[int, str]) -> tuple[int, int] | None:
+    """(in, out) of a target module: a projection of the model, or a fused one made of its slices."""
+    layer, proj = where
+    if proj not in FUSED:
+        return spec.shapes.get(where)
+    parts = [spec.shapes.get((layer, p)) for p in FUSED[proj]]
+    if any(s is None for s in parts):
+        return None
+    return parts[0][0], sum(out for _, out in parts)
+
+
+def _split(spec: ModelSpec, where: tuple[int, str], b: torch.Tensor):
+    """(slice, B rows of that slice) for a fused target; the target itself otherwise."""
+    layer, proj = where
+    if proj not in FUSED:
+        return [(where, b)]
+    sizes = [spec.shapes[(layer, p)][1] for p in FUSED[proj]]
+    return [((layer, p), rows.contiguous()) for p, rows in zip(FUSED[proj], b.split(sizes, dim=0))]

@@ -17,6 +17,19 @@ import torch
 from ..attention import AttentionMetadata, KernelAttention
 
 
+def python_only_reason(args) -> str | None:
+    """Why the op cannot run this model's layers, which then run in Python; None when it can (docs/kernels.md)."""
+    if args.gemma:
+        return "Gemma 3's four (1 + w) norms per layer and its GeGLU MLP are not in the op"
+    if args.activation != "silu":
+        return f"the op's MLP is SwiGLU, not {args.activation}"
+    if args.residual_scale != 1.0:
+        return "Granite's residual multiplier is not in the op"
+    if len(set(args.rope_layers)) != 1 or None in args.rope_layers:
+        return "the op applies one RoPE to every layer: no NoPE layers (SmolLM3)"
+    return None
+
+
 def _projections(layer) -> tuple:
     """A decoder layer's projections in the op's order: qkv, o, gate_up, down."""
     return layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj
@@ -60,7 +73,7 @@ class DecoderStack:
     @staticmethod
     def build(model, layers, kernels) -> DecoderStack | None:
         """The stack for this model, or None where the Python layers must run."""
-        if kernels is None:
+        if kernels is None or python_only_reason(model.args) is not None:
             return None
         for layer in layers:
             projections = _projections(layer)

@@ -1,6 +1,7 @@
-"""Llama / Mistral / Qwen2 / Qwen3 as the engine's own modules: fused qkv and gate_up, paged attention.
+"""Llama / Mistral / Qwen2 / Qwen3 / Granite / Phi-3 / SmolLM3 as the engine's own modules: fused qkv and gate_up,
+paged attention. Gemma 3 reuses them with its own decoder layer and norms (models/gemma3.py).
 
-Per-family differences come from ModelArgs (models/args.py). Module names mirror the checkpoints
+Per-family differences come from ModelArgs (models/args.py): attention scale, NoPE layers, multipliers. Module names mirror the checkpoints
 (model.layers.N.self_attn...), so weight loading only needs the stacking table below.
 
 Hot path: after loading, `bind()` stores plain references to the submodules' forward methods in each
@@ -21,7 +22,7 @@ from llmchat.kernels.memory import pack_into_huge_pages
 from ..attention import AttentionMetadata, make_attention
 from ..config import DEFAULT_SMALL_M_MAX
 from ..layers.linear import Linear
-from ..layers.norm import RMSNorm
+from ..layers.norm import GemmaRMSNorm, RMSNorm
 from ..layers.rotary import cos_sin_cache
 from .args import ModelArgs
 from .decoder_stack import DecoderStack
@@ -31,6 +32,11 @@ STACKED_PARAMS = {
     "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
     "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
 }
+
+
+def norm_class(args: ModelArgs):
+    """Gemma's norms scale by (1 + w); everyone else's by w."""
+    return GemmaRMSNorm if args.gemma else RMSNorm
 
 
 class Attention(nn.Module):
@@ -43,12 +49,13 @@ class Attention(nn.Module):
                                slice_names=["q_proj", "k_proj", "v_proj"], prefix=f"{prefix}.qkv_proj")
         self.o_proj = Linear(self.q_size, [args.hidden_size], bias=args.o_bias, prefix=f"{prefix}.o_proj")
         if args.qk_norm:
-            self.q_norm = RMSNorm(d, args.rms_norm_eps, ops)
-            self.k_norm = RMSNorm(d, args.rms_norm_eps, ops)
+            self.q_norm = norm_class(args)(d, args.rms_norm_eps, ops)
+            self.k_norm = norm_class(args)(d, args.rms_norm_eps, ops)
         self.qk_norm = args.qk_norm
         self.ops = ops
-        self.attn = make_attention(kernels, d ** -0.5, args.sliding_windows[layer])
-        self.rotary_cache: torch.Tensor | None = None   # shared fp32 cos/sin cache, set by the model
+        self.attn = make_attention(kernels, args.attention_scale, args.sliding_windows[layer])
+        # fp32 cos/sin cache shared by the layers with the same RoPE, set by the model; None: a NoPE layer
+        self.rotary_cache: torch.Tensor | None = None
 
     def bind(self) -> None:
         fast = {"_qkv": self.qkv_proj.forward, "_o": self.o_proj.forward, "_split": [self.q_size, self.kv_size,
@@ -65,7 +72,8 @@ class Attention(nn.Module):
             k = self._kn(k.reshape(-1, d)).view(t, self.kv_size)
         elif not self.ops.strided_rows:
             q, k = q.contiguous(), k.contiguous()
-        self.ops.rotary_embedding(md.positions, q, k, self.rotary_cache, d)
+        if self.rotary_cache is not None:
+            self.ops.rotary_embedding(md.positions, q, k, self.rotary_cache, d)
         key_cache, value_cache = kv
         if not self.ops.strided_rows:
             v = v.contiguous()
@@ -83,12 +91,14 @@ class MLP(nn.Module):
                                    slice_names=["gate_proj", "up_proj"], prefix=f"{prefix}.gate_up_proj")
         self.down_proj = Linear(i, [args.hidden_size], bias=args.mlp_bias, prefix=f"{prefix}.down_proj")
         self.ops = ops
+        self.activation = args.activation
 
     def bind(self) -> None:
-        self.__dict__.update(_gate_up=self.gate_up_proj.forward, _down=self.down_proj.forward)
+        act = self.ops.silu_and_mul if self.activation == "silu" else self.ops.gelu_tanh_and_mul
+        self.__dict__.update(_gate_up=self.gate_up_proj.forward, _down=self.down_proj.forward, _act_mul=act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._down(self.ops.silu_and_mul(self._gate_up(x)))
+        return self._down(self._act_mul(self._gate_up(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -98,6 +108,8 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(args, layer, ops)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
+        # Granite scales each block's output before the residual add; None where the scale is 1
+        self.residual_scale = args.residual_scale if args.residual_scale != 1.0 else None
 
     def bind(self) -> None:
         self.__dict__.update(_attn=self.self_attn.forward, _mlp=self.mlp.forward,
@@ -110,8 +122,11 @@ class DecoderLayer(nn.Module):
         else:
             x, residual = self._add_norm_in(x, residual)
         x = self._attn(x, md, kv)
+        if self.residual_scale is not None:
+            x = x.mul_(self.residual_scale)
         x, residual = self._add_norm_post(x, residual)
-        return self._mlp(x), residual
+        x = self._mlp(x)
+        return (x.mul_(self.residual_scale) if self.residual_scale is not None else x), residual
 
 
 class DecoderModel(nn.Module):
@@ -119,8 +134,11 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
         self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(DecoderLayer(args, i, ops, kernels) for i in range(args.num_layers))
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
+        layer_class = DecoderLayer
+        if args.gemma:
+            from .gemma3 import Gemma3DecoderLayer as layer_class
+        self.layers = nn.ModuleList(layer_class(args, i, ops, kernels) for i in range(args.num_layers))
+        self.norm = norm_class(args)(args.hidden_size, args.rms_norm_eps, ops)
 
 
 class CausalLM(nn.Module):
@@ -180,9 +198,7 @@ class CausalLM(nn.Module):
             self.lm_head.set_quantized(None, table)
         elif self.args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        cache = cos_sin_cache(self.args.config, self.args.head_dim, max_positions)
-        for layer in self.model.layers:
-            layer.self_attn.rotary_cache = cache
+        self._rotary_caches(max_positions)
         prepared = 0
         for module in self.modules():
             if isinstance(module, Linear):
@@ -205,8 +221,28 @@ class CausalLM(nn.Module):
         embed = (self._quantized_lookup() or self._tied_panel_embedding()
                  or partial(F.embedding, weight=self.model.embed_tokens.weight))
         stack = DecoderStack.build(self, list(self.model.layers), self._kernels) if decoder_stack else None
+        self.__dict__["_embed_scale"] = self._embedding_scale()
         self.__dict__.update(_layers=[layer.forward for layer in self.model.layers], _embed=embed,
                              _final_norm=self.model.norm.add_and_norm, _head=self.lm_head.forward, _stack=stack)
+
+    def _embedding_scale(self) -> float | None:
+        """The factor on token embeddings, or None. Gemma's sqrt(hidden) is rounded to the weights' dtype
+        first, as transformers does (a bf16 model multiplies by bf16(sqrt(hidden)))."""
+        scale = self.args.embedding_scale
+        if scale == 1.0:
+            return None
+        if self.args.gemma:
+            return float(torch.tensor(scale, dtype=torch.float32).to(self.model.norm.weight.dtype))
+        return scale
+
+    def _rotary_caches(self, max_positions: int) -> None:
+        """One cos/sin cache per distinct RoPE (Gemma: local and global layers), none for NoPE layers."""
+        caches = {}
+        for layer, kind in zip(self.model.layers, self.args.rope_layers):
+            if kind is not None and kind not in caches:
+                caches[kind] = cos_sin_cache(self.args.config, self.args.head_dim, max_positions,
+                                             layer_type=kind if self.args.gemma else None)
+            layer.self_attn.rotary_cache = caches.get(kind)
 
     def _quantized_in_huge_pages(self) -> None:
         """Quantized weights streamed every decode step move into huge pages too (as the panels below); a
@@ -263,6 +299,8 @@ class CausalLM(nn.Module):
         """lora: the LoRA manager when some token of this step uses an adapter (its hooks on the Linear
         layers apply it on the Python path; the decoder stack takes its stacks and segments)."""
         x = self._embed(input_ids)
+        if self._embed_scale is not None:
+            x = x.mul_(self._embed_scale)
         if self._stack is not None and self._stack.runs(x.shape[0], lora):
             x, residual = self._stack(x, md, kv_caches, lora)
         else:
@@ -272,7 +310,13 @@ class CausalLM(nn.Module):
         if logits_rows is not None:  # only the last token of each chunk needs logits
             x, residual = x.index_select(0, logits_rows), residual.index_select(0, logits_rows)
         x, _ = self._final_norm(x, residual)
-        return _to_fp32(self._head(x))
+        logits = _to_fp32(self._head(x))
+        if self.args.logits_divisor != 1.0:
+            logits = logits.div_(self.args.logits_divisor)
+        if self.args.final_softcap is not None:
+            cap = self.args.final_softcap
+            logits = torch.tanh(logits.div_(cap)).mul_(cap)
+        return logits
 
 
 SERIAL_COPY = 32767   # elements below torch's parallel grain (32768): the copy stays on this thread

@@ -6,16 +6,23 @@ import re
 from dataclasses import dataclass
 
 # The engine implements these decoder families (engine/models/); everything else is refused with a reason.
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-SUPPORTED_TEXT = "llmchat's engine runs Llama, Mistral, Qwen2 and Qwen3 models"
+# The same list as engine/models/args.py FAMILIES (a test keeps them equal; this module stays torch-free).
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           "GraniteForCausalLM", "Phi3ForCausalLM", "SmolLM3ForCausalLM", "Gemma3ForCausalLM",
+                           "Gemma3ForConditionalGeneration")
+SUPPORTED_TEXT = ("llmchat's engine runs Llama, Mistral, Qwen2, Qwen3, Granite, Phi-3 / Phi-4-mini, SmolLM3 and "
+                  "Gemma 3 (text) models")
+# Runs, with something the user should know.
+ARCHITECTURE_NOTES = {"Gemma3ForConditionalGeneration": "text only: images are not supported"}
 
 _SPECIFIC_REASONS = {
     "MixtralForCausalLM": "mixture-of-experts layers are not implemented",
     "Qwen2MoeForCausalLM": "mixture-of-experts layers are not implemented",
     "Qwen3MoeForCausalLM": "mixture-of-experts layers are not implemented",
     "Gemma2ForCausalLM": "Gemma needs soft-capping and alternating local attention, not implemented",
-    "Gemma3ForCausalLM": "Gemma needs soft-capping and alternating local attention, not implemented",
-    "Phi3ForCausalLM": "Phi-3 uses fused qkv/gate-up weights and LongRoPE, not implemented",
+    "Gemma3nForCausalLM": "Gemma 3n's per-layer embeddings and AltUp are not implemented",
+    "Gemma3nForConditionalGeneration": "Gemma 3n's per-layer embeddings and AltUp are not implemented",
+    "PhiForCausalLM": "Phi-1/Phi-2 (parallel attention and MLP, LayerNorm) are not implemented",
 }
 
 # Files the engine (and its tokenizer / chat template loader) reads, besides the weights.
@@ -92,7 +99,8 @@ def select_files(names: list[str], weight_map_files: list[str] | None = None) ->
 # ---- GGUF repos -------------------------------------------------------------------------------------
 # GGUF "general.architecture" values the engine runs, with the transformers class each one becomes.
 GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                      "qwen3": "Qwen3ForCausalLM"}
+                      "qwen3": "Qwen3ForCausalLM", "granite": "GraniteForCausalLM", "phi3": "Phi3ForCausalLM",
+                      "smollm3": "SmolLM3ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 GGUF_TYPES_TEXT = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"
 # A file's quant is named in its file name, llama.cpp style (Model-Q4_K_M.gguf, model.q8_0.gguf); the last
 # such token counts. The engine runs the F16/BF16/F32, Q8_0, Q4_0/1, Q5_0/1 and Q4_K/Q5_K/Q6_K(_M/_S/_L) files

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmchat.engine.models.decoder_stack import DecoderStack
+from llmchat.engine.models.decoder_stack import DecoderStack, python_only_reason
 from model_harness import Blocks, greedy, make_runner, prompt
 from tiny_models import make_model
 
@@ -19,7 +19,8 @@ def counting(stack: DecoderStack) -> list:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("arch,overrides", [("llama", {}), ("mistral", {"sliding_window": 12}),
-                                            ("qwen2", {}), ("qwen3", {}), ("llama", {"tie_word_embeddings": True})])
+                                            ("qwen2", {}), ("qwen3", {}), ("llama", {"tie_word_embeddings": True}),
+                                            ("phi3", {})])
 def test_stack_matches_the_python_layers_bit_for_bit(tmp_path, arch, overrides, dtype):
     folder = make_model(tmp_path / arch, arch, **overrides)
     runner = make_runner(folder, backend="kernels", dtype=dtype)
@@ -45,6 +46,13 @@ def test_stack_steps_aside_where_it_does_not_apply(tmp_path):
     llama = make_model(tmp_path / "llama", "llama")
     assert make_runner(llama, backend="torch").model._stack is None      # the reference backend
     assert make_runner(llama, backend="kernels", decoder_stack=False).model._stack is None
+
+
+@pytest.mark.parametrize("arch,reason", [("granite", "residual multiplier"), ("smollm3", "NoPE"),
+                                         ("gemma3", "four")])
+def test_families_the_op_does_not_cover_run_the_python_layers(tmp_path, arch, reason):
+    runner = make_runner(make_model(tmp_path / arch, arch), backend="kernels")
+    assert runner.model._stack is None and reason in python_only_reason(runner.args)
 
 
 def test_lora_on_its_torch_path_runs_the_python_layers(tmp_path):

@@ -1,4 +1,4 @@
-"""RoPE variants (default, linear, llama3, yarn) in both config styles, against transformers."""
+"""RoPE variants (default, linear, llama3, yarn; longrope in test_model_families.py) in both config styles, against transformers."""
 from __future__ import annotations
 
 import json
@@ -47,8 +47,8 @@ def test_both_config_styles_read_the_same():
                             "original_max_position_embeddings": 64}}
     assert rope_parameters(new) == rope_parameters(old)
     assert rope_parameters({"max_position_embeddings": 8, "rope_theta": 1e6})["rope_theta"] == 1e6
-    with pytest.raises(ValueError, match="unsupported RoPE type 'longrope'"):
-        rope_parameters({"max_position_embeddings": 8, "rope_scaling": {"type": "longrope"}})
+    with pytest.raises(ValueError, match="unsupported RoPE type 'dynamic'"):   # NTK: rescales with the length
+        rope_parameters({"max_position_embeddings": 8, "rope_scaling": {"type": "dynamic"}})
 
 
 @pytest.mark.parametrize("arch,kind,style", [

@@ -11,6 +11,9 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM
 
 ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# a checkpoint with fused projections (Phi-3) is adapted on them: q/k/v -> qkv_proj, gate/up -> gate_up_proj
+FUSED_PARENT = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+                "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
 PROMPTS = [[5, 17, 42, 99, 120, 7, 8, 9], [33, 34, 35, 200, 201, 12], [250, 3, 77, 140, 141, 142, 143, 60, 61, 62]]
 
 
@@ -19,7 +22,9 @@ def make_adapter(model_dir: Path, out_dir: Path, *, r: int = 8, alpha: float = 1
     """Random LoRA (A and B non-zero) on `targets`, saved by peft's save_pretrained."""
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    config = LoraConfig(r=r, lora_alpha=alpha, target_modules=list(targets), init_lora_weights=False,
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = list(dict.fromkeys(t if t in names else FUSED_PARENT[t] for t in targets))
+    config = LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, init_lora_weights=False,
                         **lora_kwargs)
     peft_model = get_peft_model(model, config)
     with torch.no_grad():   # peft's random init is small; scale up so the adapter changes greedy outputs
