@@ -1,16 +1,19 @@
 """Write a tiny Hugging Face model folder as a GGUF file, as llama.cpp's converter would, with a chosen GGUF
 type per tensor role, for the quantized-model tests.
 
-llama files get llama.cpp's q/k row permutation; qwen2 files carry q/k/v biases and qwen3 files q/k norms.
+llama, granite and smollm3 files get llama.cpp's q/k row permutation; qwen2 files carry q/k/v biases and qwen3
+files q/k norms; phi3 files keep the fused attn_qkv and ffn_up (gate and up) with LongRoPE's factors as tensors;
+gemma3 files have four norms per layer stored as 1 + w, as llama.cpp's converter writes them.
 The byte-level BPE tokenizer goes in as a "gpt2" GGUF tokenizer with its merges and the chat template.
 """
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, TokenType
+from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType, TokenType
 from safetensors.numpy import load_file
 
 from llmchat.engine.quant.quantize import quantize_blocks, type_for
@@ -21,15 +24,49 @@ LAYER_NAMES = {
     "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
     "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
 }
+# per architecture, names that differ from LAYER_NAMES
+ARCH_LAYER_NAMES = {
+    "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
+    "gemma3": {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"},
+}
+GGUF_ARCH = {"gemma3_text": "gemma3"}            # model_type -> GGUF architecture where they differ
+PERMUTED = ("llama", "granite", "smollm3")
 FAMILIES = ("llama", "qwen2", "qwen3")   # the GGUF architectures the tests write
+NEW_FAMILIES = ("granite", "phi3", "smollm3", "gemma3")   # issue 18
 # tensor role -> GGUF type of the Q4_K_M-like mix most tests use
 MIXED = {"embd": "Q8_0", "output": "Q6_K", "attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K",
-         "attn_output": "Q5_K", "ffn_gate": "Q4_0", "ffn_up": "Q4_1", "ffn_down": "Q5_0"}
+         "attn_output": "Q5_K", "ffn_gate": "Q4_0", "ffn_up": "Q4_1", "ffn_down": "Q5_0", "attn_qkv": "Q4_K"}
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp stores q/k rows interleaved for its rotary layout."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _family_metadata(w: GGUFWriter, arch: str, cfg: dict) -> None:
+    """What llama.cpp's converter writes for the newer families beyond the llama keys."""
+    rope = cfg.get("rope_parameters") or {}
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    if arch == "granite":
+        w.add_embedding_scale(cfg["embedding_multiplier"])
+        w.add_residual_scale(cfg["residual_multiplier"])
+        w.add_attention_scale(cfg["attention_multiplier"])
+        w.add_logit_scale(cfg["logits_scaling"])
+    elif arch == "phi3":
+        w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
+        w.add_rope_scaling_orig_ctx_len(cfg["original_max_position_embeddings"])
+        factor = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
+        w.add_rope_scaling_attn_factors(1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) /
+                                                                          math.log(cfg["original_max_position_embeddings"])))
+        if cfg.get("sliding_window"):
+            w.add_sliding_window(cfg["sliding_window"])
+    elif arch == "gemma3":
+        w.add_sliding_window(cfg["sliding_window"])
+        full = rope.get("full_attention", {})
+        if full.get("rope_type") == "linear":
+            w.add_rope_scaling_type(RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(full["factor"])
 
 
 def _metadata(w: GGUFWriter, cfg: dict, folder: Path, chat_template: bool) -> None:
@@ -48,7 +85,9 @@ def _metadata(w: GGUFWriter, cfg: dict, folder: Path, chat_template: bool) -> No
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_rope_freq_base(float((cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))))
+    rope = cfg.get("rope_parameters") or {}
+    rope = rope.get("full_attention", rope)             # gemma3: the global layers' base
+    w.add_rope_freq_base(float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))))
     w.add_vocab_size(cfg["vocab_size"])
     vocab = tok["model"]["vocab"]
     specials = {t["content"]: t["id"] for t in tok["added_tokens"]}
@@ -74,10 +113,11 @@ def write_gguf(folder: Path, out: Path, types: dict[str, str] | None = None, arc
     """folder: a tiny HF model (tiny_models.make_model); types: role -> GGUF type name (F32, F16, Q8_0, ...),
     roles missing from it stay F32. Returns `out`."""
     cfg = json.loads((folder / "config.json").read_text())
-    arch = arch or cfg["model_type"]
+    arch = arch or GGUF_ARCH.get(cfg["model_type"], cfg["model_type"])
     types = types or {}
     w = GGUFWriter(str(out), arch)
     _metadata(w, cfg, folder, chat_template)
+    _family_metadata(w, arch, cfg)
     state = load_file(str(folder / "model.safetensors"))
 
     def put(name: str, arr: np.ndarray, role: str) -> None:
@@ -94,18 +134,25 @@ def write_gguf(folder: Path, out: Path, types: dict[str, str] | None = None, arc
             w.add_tensor(name, quantize_blocks(arr, kind), raw_dtype=qtype)
 
     put("token_embd.weight", state["model.embed_tokens.weight"], "embd")
+    rope = cfg.get("rope_parameters") or {}
+    if rope.get("rope_type") == "longrope":
+        w.add_tensor("rope_factors_long.weight", np.asarray(rope["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.asarray(rope["short_factor"], dtype=np.float32))
+    names = {**LAYER_NAMES, **ARCH_LAYER_NAMES.get(arch, {})}
     for i in range(cfg["num_hidden_layers"]):
-        for hf, gg in LAYER_NAMES.items():
+        for hf, gg in names.items():
             for suffix in ("weight", "bias"):
                 key = f"model.layers.{i}.{hf}.{suffix}"
                 if key not in state:
                     continue
                 arr = state[key]
-                if arch == "llama" and gg in ("attn_q", "attn_k"):
+                if arch == "gemma3" and hf.endswith("norm"):
+                    arr = arr + 1.0
+                if arch in PERMUTED and gg in ("attn_q", "attn_k"):
                     heads = cfg["num_attention_heads"] if gg == "attn_q" else cfg["num_key_value_heads"]
                     arr = _permute(arr, heads)
                 put(f"blk.{i}.{gg}.{suffix}", arr, gg)
-    put("output_norm.weight", state["model.norm.weight"], "norm")
+    put("output_norm.weight", state["model.norm.weight"] + (1.0 if arch == "gemma3" else 0.0), "norm")
     if "lm_head.weight" in state and not cfg.get("tie_word_embeddings"):
         put("output.weight", state["lm_head.weight"], "output")
     w.write_header_to_file()

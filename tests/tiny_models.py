@@ -103,10 +103,12 @@ def config_for(arch: str, **overrides):
         return GraniteConfig(**_common(**{"embedding_multiplier": 4.0, "attention_multiplier": 0.15,
                                           "residual_multiplier": 0.5, "logits_scaling": 3.0, **overrides}))
     if arch == "phi3":      # Phi-4-mini's shape: partial rotary, LongRoPE (short factors below 512 tokens), tied
-        return Phi3Config(**_common(**{"partial_rotary_factor": 0.75, "original_max_position_embeddings": 512,
-                                       "rope_scaling": {"type": "longrope", "short_factor": PHI3_SHORT,
-                                                        "long_factor": PHI3_LONG},
-                                       "tie_word_embeddings": True, **overrides}))
+        common = _common(**overrides)
+        n = int(common["hidden_size"] // common["num_attention_heads"] * 0.75) // 2
+        short, long = (PHI3_SHORT, PHI3_LONG) if n == 6 else (_ramp(1.0, 3.0, n), _ramp(1.5, 8.0, n))
+        return Phi3Config(**{"partial_rotary_factor": 0.75, "original_max_position_embeddings": 512,
+                             "rope_scaling": {"type": "longrope", "short_factor": short, "long_factor": long},
+                             **common, "tie_word_embeddings": overrides.get("tie_word_embeddings", True)})
     if arch == "smollm3":   # layer 1 is a NoPE layer
         return SmolLM3Config(**_common(**{"no_rope_layers": [1, 0], **overrides}))
     if arch == "gemma3":    # a local (sliding, window 20) and a global layer, each with its RoPE
@@ -117,6 +119,10 @@ def config_for(arch: str, **overrides):
                                 "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}},
             **overrides}))
     raise ValueError(f"unknown arch {arch!r}")
+
+
+def _ramp(lo: float, hi: float, n: int) -> list[float]:
+    return [lo + (hi - lo) * i / (n - 1) for i in range(n)]
 
 
 PHI3_SHORT = [1.0, 1.1, 1.2, 1.5, 2.0, 3.0]   # one factor per rotary frequency: 16 * 0.75 / 2

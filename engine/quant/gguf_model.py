@@ -47,7 +47,8 @@ def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[s
         owner = model.get_submodule(name.rpartition(".")[0])
         if isinstance(value, QuantWeight):
             if isinstance(owner, Linear) and name.endswith(".weight"):
-                owner.set_quantized(index, value)
+                for i, part in _slices(owner, index, value):
+                    owner.set_quantized(i, part)
             elif name == "model.embed_tokens.weight":
                 model.set_quantized_embedding(value)
             else:
@@ -67,6 +68,15 @@ def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[s
     _check_complete(model, seen, path)
 
 
+def _slices(owner: Linear, index: int | None, value: QuantWeight) -> list[tuple[int | None, QuantWeight]]:
+    """A fused tensor of the file (phi3's attn_qkv, ffn_up) cut into the projection's slices by rows (rows are
+    independent blocks, so this is exact); any other tensor as it is."""
+    if index is not None or len(owner.output_sizes) == 1:
+        return [(index, value)]
+    offsets = owner.slice_offsets
+    return [(i, value.rows(torch.arange(offsets[i], offsets[i + 1]))) for i in range(len(owner.output_sizes))]
+
+
 def check_shapes(reader, config: dict, path: Path, target: Callable[[str], tuple[str, int | None]]) -> None:
     """Every tensor of the file fits the model its config describes (a meta-device dry run of the load)."""
     from ..models import MODEL_CLASSES, ModelArgs
@@ -75,8 +85,9 @@ def check_shapes(reader, config: dict, path: Path, target: Callable[[str], tuple
         model = MODEL_CLASSES[args.architecture](args, None, None)
     params = dict(model.named_parameters())
     from .gguf_tensors import hf_name
+    arch = field(reader, "general.architecture")
     for t in reader.tensors:
-        hf = hf_name(t.name)
+        hf = hf_name(t.name, arch)
         if hf is None:
             continue
         name, index = target(hf)

@@ -1,8 +1,9 @@
 """A GGUF file's tensors under Hugging Face names, quantized ones as QuantWeight, dense ones as tensors.
 
-Names are declared as data (GGUF's llama-family names, which qwen2/qwen3 files share). llama files store
-q/k rows interleaved for llama.cpp's rotary layout; those rows are put back in Hugging Face order here, which
-is exact for quantized rows too (rows are independent blocks).
+Names are declared as data (GGUF's llama-family names, which qwen2/qwen3/granite/smollm3 files share, and what
+phi3 and gemma3 name differently). llama, granite and smollm3 files store q/k rows interleaved for llama.cpp's
+rotary layout; those rows are put back in Hugging Face order here, which is exact for quantized rows too (rows
+are independent blocks). gemma3 files store each norm as 1 + w; the engine's Gemma norm adds the 1 itself.
 """
 from __future__ import annotations
 
@@ -25,9 +26,17 @@ PER_LAYER = {
     "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
     "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
 }
-IGNORED = ("rope_freqs.weight",)   # derived from the config by the engine
+ARCH_PER_LAYER = {
+    "phi3": {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"},   # fused in the file
+    "gemma3": {"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+               "post_ffw_norm": "post_feedforward_layernorm"},
+}
+# derived from the config by the engine (phi3's LongRoPE factors are read into config.json at import)
+IGNORED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
-PERMUTED_ARCHS = ("llama",)        # as transformers' LlamaTensorProcessor: q/k rows interleaved on disk
+# llama.cpp's LlamaModel converter and its subclasses: q/k rows interleaved on disk
+PERMUTED_ARCHS = ("llama", "granite", "smollm3")
+NORMS_PLUS_ONE = ("gemma3",)
 
 
 class GGUFError(ValueError):
@@ -64,15 +73,16 @@ def field(reader, key: str):
     return part.tolist()[0] if hasattr(part, "tolist") else part
 
 
-def hf_name(name: str) -> str | None:
+def hf_name(name: str, arch: str = "llama") -> str | None:
     """GGUF tensor name -> Hugging Face parameter name; None for tensors the engine derives itself."""
     if name in IGNORED:
         return None
     if name in TOP_LEVEL:
         return TOP_LEVEL[name]
     m = LAYER_NAME.match(name)
-    if m and m.group(2) in PER_LAYER:
-        return f"model.layers.{m.group(1)}.{PER_LAYER[m.group(2)]}.{m.group(3)}"
+    per_layer = {**PER_LAYER, **ARCH_PER_LAYER.get(arch, {})}
+    if m and m.group(2) in per_layer:
+        return f"model.layers.{m.group(1)}.{per_layer[m.group(2)]}.{m.group(3)}"
     raise GGUFError(f"tensor {name} is not one llmchat knows how to place (unknown name)")
 
 
@@ -102,7 +112,7 @@ def read_tensors(reader, config: dict, arch: str) -> Iterator[tuple[str, torch.T
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
     for t in reader.tensors:
-        name = hf_name(t.name)
+        name = hf_name(t.name, arch)
         if name is None:
             continue
         shape = [int(s) for s in t.shape]            # ggml order: shape[0] is the row length
@@ -114,4 +124,6 @@ def read_tensors(reader, config: dict, arch: str) -> Iterator[tuple[str, torch.T
             order = _unpermute(value.shape[0] if isinstance(value, torch.Tensor) else value.n,
                                heads if ".q_proj." in name else kv_heads)
             value = value[order] if isinstance(value, torch.Tensor) else value.rows(order)
+        if arch in NORMS_PLUS_ONE and name.endswith("norm.weight") and isinstance(value, torch.Tensor):
+            value = value - 1.0    # as transformers' Gemma GGUF loader does
         yield name, value, int(t.n_bytes)

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from .types import DownloadProgress, StoreError, UnsupportedModelError
 
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                 "qwen3": "Qwen3ForCausalLM"}
+from .support import GGUF_ARCHITECTURES as ARCHITECTURES
 POINTER = "gguf.json"
 QUANT_SUFFIX = re.compile(r"[._-](?:[iu]?q\d\w*|bf16|f16|f32|fp16)$", re.IGNORECASE)
 
@@ -44,10 +43,17 @@ def quant_label(reader) -> str:
 def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, reader, stem: str) -> None:
     """config.json, tokenizer files and generation_config.json from the GGUF metadata, into `out`."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-    if head_dim:   # transformers does not map attention.key_length; Qwen3's config default (128) is not always it
-        config.head_dim = head_dim
-    config.architectures = [ARCHITECTURES[config.model_type]]
+
+    from llmchat.engine.quant.gguf_tensors import field
+
+    from .gguf_config import FAMILY_ARCHS, family_config
+    arch = field(reader, "general.architecture")
+    config = family_config(reader, arch)
+    if config is None:
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        if head_dim:   # transformers does not map attention.key_length; Qwen3's config default (128) is not always it
+            config.head_dim = head_dim
+    config.architectures = [ARCHITECTURES.get(config.model_type) or ARCHITECTURES[arch]]   # a llama file may be mistral
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     # activations and KV cache (weights stay quantized); "auto" leaves it to the engine: bf16 where the CPU has it
@@ -59,7 +65,11 @@ def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, rea
     from llmchat.engine.model_loader import _target, read_config
     from llmchat.engine.quant.gguf_model import check_shapes
     check_shapes(reader, read_config(out), path, _target)
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    if arch in FAMILY_ARCHS:   # AutoTokenizer would read the config through transformers' GGUF reader first
+        from transformers import PreTrainedTokenizerFast
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path.parent), gguf_file=path.name)
+    else:
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     tok.save_pretrained(out)
     GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
                      pad_token_id=getattr(config, "pad_token_id", None)).save_pretrained(out)
