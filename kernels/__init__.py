@@ -17,6 +17,7 @@ from .ops import (
     rms_norm,
     rotary_embedding,
     silu_and_mul,
+    gelu_tanh_and_mul,
     write_kv_cache,
 )
 
@@ -53,5 +54,6 @@ __all__ = [
     "rms_norm",
     "rotary_embedding",
     "silu_and_mul",
+    "gelu_tanh_and_mul",
     "write_kv_cache",
 ]

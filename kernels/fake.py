@@ -16,6 +16,7 @@ _MUTATING_OPS = (
     "fused_add_rms_norm",
     "rotary_embedding",
     "silu_and_mul",
+    "gelu_tanh_and_mul",
     "lora_apply",
     "decoder_stack",
 )

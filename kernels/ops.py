@@ -82,6 +82,17 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
     return out
 
 
+def gelu_tanh_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, 2I] -> gelu_tanh(x[:, :I]) * x[:, I:] of shape [T, I] (Gemma's GeGLU)."""
+    ops = _ops()
+    if out is None:
+        if x.dim() != 2 or x.shape[-1] % 2:
+            raise ValueError(f"llmchat.kernels.gelu_tanh_and_mul: x must be [T, 2*I], got shape {tuple(x.shape)}")
+        out = torch.empty(x.shape[0], x.shape[1] // 2, dtype=x.dtype, device=x.device)
+    ops.gelu_tanh_and_mul(x, out)
+    return out
+
+
 def read_sum(x: torch.Tensor) -> float:
     """Sum of a contiguous fp32 tensor, read with vector loads on every thread: the benchmark's memory
     read probe (the fastest plain read of memory this code does, next to which the kernels are measured)."""

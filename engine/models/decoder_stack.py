@@ -17,16 +17,14 @@ import torch
 from ..attention import AttentionMetadata, KernelAttention
 
 
+OP_ACTIVATIONS = ("silu", "gelu_tanh")
+
+
 def python_only_reason(args) -> str | None:
-    """Why the op cannot run this model's layers, which then run in Python; None when it can (docs/kernels.md)."""
-    if args.gemma:
-        return "Gemma 3's four (1 + w) norms per layer and its GeGLU MLP are not in the op"
-    if args.activation != "silu":
-        return f"the op's MLP is SwiGLU, not {args.activation}"
-    if args.residual_scale != 1.0:
-        return "Granite's residual multiplier is not in the op"
-    if len(set(args.rope_layers)) != 1 or None in args.rope_layers:
-        return "the op applies one RoPE to every layer: no NoPE layers (SmolLM3)"
+    """Why the op cannot run this model's layers, which then run in Python; None when it can (docs/kernels.md).
+    Every family of models/args.py runs in the op today; this is where a new one says what it lacks."""
+    if args.activation not in OP_ACTIVATIONS:
+        return f"the op's MLP gate is SiLU or GELU (tanh), not {args.activation}"
     return None
 
 
@@ -42,17 +40,22 @@ class DecoderStack:
         self.windows: list[int] = []
         first = layers[0].self_attn
         no_bias = torch.empty(0, dtype=layers[0].input_layernorm.weight.dtype)
+        no_rope = torch.empty(0, dtype=torch.float32)
         limits = []
+        self.rotary: list[torch.Tensor] = []   # per layer its RoPE cache (shared), empty for a NoPE layer
         self.projections = []   # in the op's order: per layer qkv, o, gate_up, down (their LoRA hooks)
         self.quant, self.quant_runs = [], []   # quantized projections: 5 tensors per run, runs per projection
         for layer in layers:
             attn, projections = layer.self_attn, _projections(layer)
             self.projections += projections
-            self.weights += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
+            norm_in, norm_mlp, norm_attn_out, norm_mlp_out = layer.stack_norms()
+            self.weights += [norm_in._w, norm_mlp._w]   # _w: what the norm multiplies by (Gemma: 1 + w)
             self.weights += [no_bias if p.is_quantized else p.small_m_weight for p in projections]
             self.weights += [p.bias if p.bias is not None else no_bias for p in projections]
-            self.weights += [attn.q_norm.weight, attn.k_norm.weight] if attn.qk_norm else [no_bias, no_bias]
+            self.weights += [attn.q_norm._w, attn.k_norm._w] if attn.qk_norm else [no_bias, no_bias]
+            self.weights += [norm_attn_out._w, norm_mlp_out._w] if norm_attn_out is not None else [no_bias, no_bias]
             self.windows.append(attn.attn.window)
+            self.rotary.append(attn.rotary_cache if attn.rotary_cache is not None else no_rope)
             for p in projections:
                 calls = p.__dict__.get("_quant_calls", [])
                 self.quant_runs.append(len(calls))
@@ -63,9 +66,10 @@ class DecoderStack:
             self.quant_runs = []
         # bf16 panels and quantized blocks: every step size; plain weights: the small-M range
         self.max_tokens = min(limits)
-        self.rotary = first.rotary_cache
         self.num_heads, self.head_dim, self.intermediate = args.num_heads, args.head_dim, args.intermediate_size
         self.eps, self.scale = float(layers[0].input_layernorm.eps), float(first.attn.scale)
+        self.residual_scale = float(args.residual_scale)
+        self.gelu = args.activation == "gelu_tanh"
         self.op = torch.ops.llmchat.decoder_stack.default
         self.no_lora = [torch.empty(0)] * 5
         self.no_segments = torch.empty(0, 3, dtype=torch.int32)
@@ -84,8 +88,7 @@ class DecoderStack:
                 return None
             if len({p.small_m_weight.dim() for p in dense}) > 1:
                 return None
-        norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm,
-                                                 getattr(layer.self_attn, "q_norm", None),
+        norms = [n for layer in layers for n in (*layer.stack_norms(), getattr(layer.self_attn, "q_norm", None),
                                                  getattr(layer.self_attn, "k_norm", None)) if n is not None]
         if len({n.eps for n in norms}) != 1:
             return None
@@ -102,7 +105,8 @@ class DecoderStack:
         adapters, segments = self._lora(lora) if lora is not None else ([], self.no_segments)
         self.op(x, residual, self.weights, self.windows, [k for k, _ in kv_caches], [v for _, v in kv_caches],
                 md.positions, md.slot_mapping, md.block_tables, md.seq_lens, md.query_start_loc, self.rotary,
-                self.num_heads, self.head_dim, self.intermediate, self.eps, self.scale, adapters, segments,
+                self.num_heads, self.head_dim, self.intermediate, self.eps, self.scale, self.residual_scale,
+                self.gelu, adapters, segments,
                 self.quant, self.quant_runs)
         return x, residual
 

@@ -25,6 +25,11 @@ class Gemma3DecoderLayer(nn.Module):
         self.pre_feedforward_layernorm = GemmaRMSNorm(size, eps, ops)
         self.post_feedforward_layernorm = GemmaRMSNorm(size, eps, ops)
 
+    def stack_norms(self) -> tuple:
+        """The norms in the decoder stack's order (see DecoderLayer.stack_norms)."""
+        return (self.input_layernorm, self.pre_feedforward_layernorm, self.post_attention_layernorm,
+                self.post_feedforward_layernorm)
+
     def bind(self) -> None:
         self.__dict__.update(_attn=self.self_attn.forward, _mlp=self.mlp.forward,
                              _norm_in=self.input_layernorm.forward, _add_norm_in=self.input_layernorm.add_and_norm,

@@ -111,6 +111,11 @@ class DecoderLayer(nn.Module):
         # Granite scales each block's output before the residual add; None where the scale is 1
         self.residual_scale = args.residual_scale if args.residual_scale != 1.0 else None
 
+    def stack_norms(self) -> tuple:
+        """The norms in the decoder stack's order: input, before the MLP, on the attention output, on the MLP
+        output (None: this layer has no output norms)."""
+        return self.input_layernorm, self.post_attention_layernorm, None, None
+
     def bind(self) -> None:
         self.__dict__.update(_attn=self.self_attn.forward, _mlp=self.mlp.forward,
                              _norm_in=self.input_layernorm.forward, _add_norm_in=self.input_layernorm.add_and_norm,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmchat.engine.models.decoder_stack import DecoderStack, python_only_reason
+from llmchat.engine.models.decoder_stack import DecoderStack
 from model_harness import Blocks, greedy, make_runner, prompt
 from tiny_models import make_model
 
@@ -20,7 +20,8 @@ def counting(stack: DecoderStack) -> list:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("arch,overrides", [("llama", {}), ("mistral", {"sliding_window": 12}),
                                             ("qwen2", {}), ("qwen3", {}), ("llama", {"tie_word_embeddings": True}),
-                                            ("phi3", {})])
+                                            ("phi3", {}), ("granite", {}), ("smollm3", {}), ("gemma3", {}),
+                                            ("gemma3", {"tie_word_embeddings": False})])
 def test_stack_matches_the_python_layers_bit_for_bit(tmp_path, arch, overrides, dtype):
     folder = make_model(tmp_path / arch, arch, **overrides)
     runner = make_runner(folder, backend="kernels", dtype=dtype)
@@ -48,13 +49,6 @@ def test_stack_steps_aside_where_it_does_not_apply(tmp_path):
     assert make_runner(llama, backend="kernels", decoder_stack=False).model._stack is None
 
 
-@pytest.mark.parametrize("arch,reason", [("granite", "residual multiplier"), ("smollm3", "NoPE"),
-                                         ("gemma3", "four")])
-def test_families_the_op_does_not_cover_run_the_python_layers(tmp_path, arch, reason):
-    runner = make_runner(make_model(tmp_path / arch, arch), backend="kernels")
-    assert runner.model._stack is None and reason in python_only_reason(runner.args)
-
-
 def test_lora_on_its_torch_path_runs_the_python_layers(tmp_path):
     runner = make_runner(make_model(tmp_path / "m", "llama"), backend="kernels")
     stack = runner.model._stack
@@ -78,8 +72,9 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         a = {**good, **change}
         torch.ops.llmchat.decoder_stack(x.clone(), torch.empty_like(x), a["weights"], a["windows"], a["keys"],
                                         a["values"], a["positions"], a["slots"], a["tables"], a["lens"], a["qsl"],
-                                        stack.rotary, stack.num_heads, stack.head_dim, stack.intermediate,
-                                        stack.eps, stack.scale, a.get("lora", []), stack.no_segments, [], [])
+                                        a.get("rotary", stack.rotary), stack.num_heads, stack.head_dim,
+                                        stack.intermediate, stack.eps, stack.scale, stack.residual_scale, stack.gelu,
+                                        a.get("lora", []), stack.no_segments, [], [])
 
     call()  # the good arguments run
     assert blocks.block_size == 16
@@ -91,6 +86,8 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         (dict(slots=torch.tensor([0, 8 * 16])), "slot_mapping"),
         (dict(tables=torch.full((1, 1), 99, dtype=torch.int32)), "block_tables"),
         (dict(lora=[torch.empty(0)] * 3), "lora"),
+        (dict(rotary=stack.rotary[:1]), "RoPE cache"),
+        (dict(rotary=[torch.randn(1, 16)] * len(stack.rotary)), "positions"),
     ]:
         with pytest.raises(ValueError, match=message):
             call(**change)

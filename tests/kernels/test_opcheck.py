@@ -32,6 +32,7 @@ def cases():
         "fused_add_rms_norm": (torch.randn(3, 64), torch.randn(3, 64), torch.randn(64), 1e-6),
         "rotary_embedding": (torch.tensor([0, 5, 9]), rot_q, rot_k, torch.randn(16, 32), 32, True),
         "silu_and_mul": (torch.randn(3, 64), torch.empty(3, 32)),
+        "gelu_tanh_and_mul": (torch.randn(3, 64), torch.empty(3, 32)),
         "lora_apply": lora_args(),
         "decoder_stack": decoder_stack_args(),
     }
@@ -46,13 +47,14 @@ def lora_args():
 
 
 def decoder_stack_args():
-    H, D, hq, hkv, inter = 32, 16, 2, 1, 48  # one layer, plain fp32 weights, no biases, q/k head norms
+    H, D, hq, hkv, inter = 32, 16, 2, 1, 48  # one layer, plain fp32 weights, no biases, q/k head norms, output norms
     weights = [torch.randn(H), torch.randn(H), torch.randn((hq + 2 * hkv) * D, H), torch.randn(H, hq * D),
                torch.randn(2 * inter, H), torch.randn(H, inter)] + [torch.empty(0)] * 4 + [torch.randn(D), torch.randn(D)]
+    weights += [torch.randn(H), torch.randn(H)]
     kc = torch.zeros(4, hkv, 8, D)
     return (torch.randn(3, H), torch.empty(3, H), weights, [-1], [kc], [kc.clone()], torch.tensor([0, 1, 2]),
             torch.tensor([8, 9, 10]), torch.tensor([[1, 0]], dtype=torch.int32), torch.tensor([3], dtype=torch.int32),
-            torch.tensor([0, 3], dtype=torch.int32), torch.randn(16, 16), hq, D, inter, 1e-6, 0.25, [],
+            torch.tensor([0, 3], dtype=torch.int32), [torch.randn(16, 16)], hq, D, inter, 1e-6, 0.25, 0.5, True, [],
             torch.empty(0, 3, dtype=torch.int32), [], [])
 
 

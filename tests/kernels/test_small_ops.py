@@ -1,4 +1,4 @@
-"""rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul against plain torch (HF formulas)."""
+"""rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul, gelu_tanh_and_mul against plain torch (HF formulas)."""
 from __future__ import annotations
 
 import pytest
@@ -121,6 +121,14 @@ def test_silu_and_mul(dtype, tokens, inter):
     x = (torch.randn(tokens, 2 * inter) * 4).to(dtype)
     want = torch.nn.functional.silu(x[:, :inter]) * x[:, inter:]
     close(K.silu_and_mul(x), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens,inter", [(1, 64), (6, 1536), (3, 40)])
+def test_gelu_tanh_and_mul(dtype, tokens, inter):
+    x = (torch.randn(tokens, 2 * inter) * 4).to(dtype)
+    want = torch.nn.functional.gelu(x[:, :inter], approximate="tanh") * x[:, inter:]
+    close(K.gelu_tanh_and_mul(x), want, dtype)
 
 
 def test_silu_and_mul_extremes_and_out():

@@ -10,8 +10,9 @@ from llmchat.engine import LLM, SamplingParams
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_lora_steps_in_the_stack_match_the_python_layers(tmp_path, dtype):
-    model = make_model(tmp_path / "m", "qwen2")
+@pytest.mark.parametrize("arch", ["qwen2", "phi3", "gemma3"])   # phi3: adapters on its fused projections
+def test_lora_steps_in_the_stack_match_the_python_layers(tmp_path, arch, dtype):
+    model = make_model(tmp_path / "m", arch)
     llm = LLM(model, dtype=dtype)
     llm.load_adapter("all", make_adapter(model, tmp_path / "all", r=8, alpha=16, seed=1))
     llm.load_adapter("some", make_adapter(model, tmp_path / "some", r=4, alpha=4,
@@ -22,7 +23,7 @@ def test_lora_steps_in_the_stack_match_the_python_layers(tmp_path, dtype):
     stack = llm.engine.runner.model._stack
     seen = []
     op = stack.op
-    stack.op = lambda *args: (seen.append(sum(t.numel() > 0 for t in args[17])), op(*args))
+    stack.op = lambda *args: (seen.append(sum(t.numel() > 0 for t in args[19])), op(*args))
     with_stack = [o.token_ids for o in llm.generate(prompts, greedy, adapter=names)]
     assert seen and max(seen) > 0          # steps with adapter tokens ran in the stack, with their stacks
     llm.engine.runner.model.__dict__["_stack"] = None

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from gguf_models import FAMILIES
+from gguf_models import FAMILIES, NEW_FAMILIES
 from llmchat.engine import LLM, SamplingParams
 from llmchat.engine.layers.linear import Linear
 from llmchat.engine.quant.quality import compare, sequence_logits
@@ -75,7 +75,7 @@ def test_bf16_and_fp32_activations_both_run(store, tiny_gguf, dtype):
     assert len(out.token_ids) == 8 and llm.engine.runner.dtype == getattr(torch, dtype)
 
 
-@pytest.mark.parametrize("arch", FAMILIES + ("phi3",))   # phi3: its fused qkv / gate_up cut into slices
+@pytest.mark.parametrize("arch", FAMILIES + NEW_FAMILIES)   # phi3: its fused qkv / gate_up cut into slices
 def test_the_decoder_stack_runs_quantized_layers_like_the_python_layers(store, tiny_gguf, arch):
     """The C++ decoder stack takes quantized projections (runs of mixed kinds): bit for bit the Python layers'
     output, and it serves every step size."""

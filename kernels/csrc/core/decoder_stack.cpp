@@ -1,6 +1,6 @@
 // One pass over the decoder layers; see decoder_stack.h. Per layer, as DecoderLayer.forward does it:
-// norm (fused with the residual add after layer 0), qkv, (q/k head norms), rotary, KV write, attention, o,
-// add + norm, gate_up, SiLU * up, down.
+// norm (fused with the residual add after layer 0), qkv, (q/k head norms), rotary (unless NoPE), KV write,
+// attention, o, (its norm), (residual scale), add + norm, gate_up, SiLU or GELU * up, down, (its norm), (scale).
 #include "decoder_stack.h"
 
 #include <cstring>
@@ -46,9 +46,18 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
   rope.dtype = a.dtype, rope.positions = a.positions;
   rope.query = q, rope.q_stride_token = q_stride, rope.q_stride_head = D;
   rope.key = k, rope.k_stride_token = k_stride, rope.k_stride_head = D;
-  rope.cos_sin_cache = a.cos_sin_cache, rope.num_tokens = T;
+  rope.num_tokens = T;
   rope.num_q_heads = a.num_q_heads, rope.num_kv_heads = a.num_kv_heads, rope.head_size = a.head_size;
-  rope.rot_dim = a.rot_dim, rope.is_neox = true;
+  rope.is_neox = true;
+  // What the Python layer does to a block's output before the residual add: its norm (Gemma, out of place as
+  // ops.rms_norm), then the residual multiplier (Granite, x.mul_ in fp32).
+  auto finish_branch = [&](const void* norm) {
+    if (norm != nullptr) {
+      rms_norm(a.dtype, a.x, H, norm, a.branch, H, T, H, a.eps, rt);
+      std::memcpy(a.x, a.branch, size_t(T * H * es));
+    }
+    if (a.residual_scale != 1.f) scale_rows(a.dtype, a.x, H, T, H, a.residual_scale, rt);
+  };
 
   WriteKvArgs kv;
   kv.elem_size = int(es);
@@ -86,16 +95,21 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
         }
       });
     }
-    rotary_embedding(rope, rt);
+    if (w.cos_sin_cache != nullptr) {
+      rope.cos_sin_cache = w.cos_sin_cache, rope.rot_dim = w.rot_dim;
+      rotary_embedding(rope, rt);
+    }
     kv.key_cache = w.key_cache, kv.value_cache = w.value_cache;
     write_kv_cache(kv, rt);
     pa.key_cache = w.key_cache, pa.value_cache = w.value_cache, pa.sliding_window = w.sliding_window;
     paged_attention(pa, rt);
     linear(a.attn, q_size, w.o, w.o_bias, a.x, H, w, 1);
+    finish_branch(w.attn_out_norm);
     fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.post_norm, T, H, a.eps, rt);
     linear(a.x, H, w.gate_up, w.gate_up_bias, a.gate_up, 2 * I, w, 2);
-    silu_and_mul(a.dtype, a.gate_up, 2 * I, a.act, I, T, I, rt);
+    (a.gelu ? gelu_tanh_and_mul : silu_and_mul)(a.dtype, a.gate_up, 2 * I, a.act, I, T, I, rt);
     linear(a.act, I, w.down, w.down_bias, a.x, H, w, 3);
+    finish_branch(w.mlp_out_norm);
   }
 }
 

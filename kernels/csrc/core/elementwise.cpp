@@ -1,4 +1,5 @@
-// SiLU-and-mul (the gated MLP activation) and the KV cache copies, plus the core's runtime helpers.
+// SiLU-and-mul and GELU(tanh)-and-mul (the gated MLP activations), a row scale, the KV cache copies, plus the
+// core's runtime helpers.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,19 @@ void silu_mul_row(const T* gate, const T* up, T* out, int64_t n) {
   for (; i < n; ++i) {
     const float g = to_float(gate[i]);
     const float s = to_float(from_float<T>(g / (1.0f + std::exp(-g))));
+    out[i] = from_float<T>(s * to_float(up[i]));
+  }
+}
+
+// Gemma's GeGLU: gelu with torch's tanh approximation, in fp32, rounded to T before the multiply (like torch
+// on bf16). Scalar: the MLP's matmuls dominate, and std::tanh keeps it close to torch's (the oracle).
+template <typename T>
+void gelu_tanh_mul_row(const T* gate, const T* up, T* out, int64_t n) {
+  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = to_float(gate[i]);
+    const float s = to_float(from_float<T>(0.5f * g * (1.0f + std::tanh(kBeta * (g + kKappa * g * g * g)))));
     out[i] = from_float<T>(s * to_float(up[i]));
   }
 }
@@ -107,6 +121,31 @@ void silu_and_mul(DType dt, const void* x, int64_t x_stride, void* out, int64_t 
       for (int64_t t = b; t < e; ++t) {
         const T* row = static_cast<const T*>(x) + t * x_stride;
         silu_mul_row(row, row + inter, static_cast<T*>(out) + t * out_stride, inter);
+      }
+    });
+  });
+}
+
+void gelu_tanh_and_mul(DType dt, const void* x, int64_t x_stride, void* out, int64_t out_stride, int64_t num_tokens,
+                       int64_t inter, const Runtime& rt) {
+  dispatch_dtype(dt, [&](auto tag) {
+    using T = decltype(tag);
+    rt.parallel_for(num_tokens, grain_for(8 * inter), [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const T* row = static_cast<const T*>(x) + t * x_stride;
+        gelu_tanh_mul_row(row, row + inter, static_cast<T*>(out) + t * out_stride, inter);
+      }
+    });
+  });
+}
+
+void scale_rows(DType dt, void* x, int64_t x_stride, int64_t num_tokens, int64_t width, float s, const Runtime& rt) {
+  dispatch_dtype(dt, [&](auto tag) {
+    using T = decltype(tag);
+    rt.parallel_for(num_tokens, grain_for(width), [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        T* row = static_cast<T*>(x) + t * x_stride;
+        for (int64_t i = 0; i < width; ++i) row[i] = from_float<T>(to_float(row[i]) * s);
       }
     });
   });

@@ -82,6 +82,11 @@ void rotary_embedding(const RotaryArgs& a, const Runtime& rt);
 // x [T, 2I] -> out [T, I] = silu(x[:, :I]) * x[:, I:]
 void silu_and_mul(DType dt, const void* x, int64_t x_stride, void* out, int64_t out_stride, int64_t num_tokens,
                   int64_t inter, const Runtime& rt);
+// x [T, 2I] -> out [T, I] = gelu_tanh(x[:, :I]) * x[:, I:] (Gemma's GeGLU)
+void gelu_tanh_and_mul(DType dt, const void* x, int64_t x_stride, void* out, int64_t out_stride, int64_t num_tokens,
+                       int64_t inter, const Runtime& rt);
+// x [T, width] *= s in place, in fp32 and rounded to the dtype (Granite's residual multiplier)
+void scale_rows(DType dt, void* x, int64_t x_stride, int64_t num_tokens, int64_t width, float s, const Runtime& rt);
 
 struct WriteKvArgs {
   int elem_size = 4;

@@ -41,8 +41,10 @@ void fused_add_rms_norm_op(at::Tensor& x, at::Tensor& residual, const at::Tensor
                      x.size(1), float(eps), torch_runtime());
 }
 
-void silu_and_mul_op(const at::Tensor& x, at::Tensor& out) {
-  const char* op = "silu_and_mul";
+using GatedActivation = void (*)(DType, const void*, int64_t, void*, int64_t, int64_t, int64_t, const Runtime&);
+
+// x [T, 2I] -> out [T, I] through a gated activation (silu_and_mul, gelu_tanh_and_mul)
+void gated_activation(const char* op, GatedActivation fn, const at::Tensor& x, at::Tensor& out) {
   check_cpu(op, x, "x");
   check_dim(op, x, "x", 2);
   check_last_dim_contiguous(op, x, "x");
@@ -51,7 +53,13 @@ void silu_and_mul_op(const at::Tensor& x, at::Tensor& out) {
   check_same_dtype(op, out, "out", x, "x");
   check_shape(op, out, "out", {x.size(0), x.size(1) / 2});
   check_last_dim_contiguous(op, out, "out");
-  silu_and_mul(dt, x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0), x.size(0), x.size(1) / 2, torch_runtime());
+  fn(dt, x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0), x.size(0), x.size(1) / 2, torch_runtime());
+}
+
+void silu_and_mul_op(const at::Tensor& x, at::Tensor& out) { gated_activation("silu_and_mul", silu_and_mul, x, out); }
+
+void gelu_tanh_and_mul_op(const at::Tensor& x, at::Tensor& out) {
+  gated_activation("gelu_tanh_and_mul", gelu_tanh_and_mul, x, out);
 }
 
 // query/key may be [T, H*D] or [T, H, D]; returns (stride per token, stride per head) in elements.
@@ -153,6 +161,7 @@ TORCH_LIBRARY(llmchat, m) {
   m.def("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!) key, Tensor cos_sin_cache, int head_size, "
         "bool is_neox) -> ()");
   m.def("silu_and_mul(Tensor x, Tensor(a!) out) -> ()");
+  m.def("gelu_tanh_and_mul(Tensor x, Tensor(a!) out) -> ()");
   m.def("isa() -> str", &llmchat::binding::isa_op);
   m.def("compiled_cpu_features() -> str", &llmchat::binding::compiled_cpu_features_op);
   m.def("missing_cpu_features() -> str", &llmchat::binding::missing_cpu_features_op);
@@ -169,6 +178,7 @@ TORCH_LIBRARY_IMPL(llmchat, CPU, m) {
   m.impl("fused_add_rms_norm", &fused_add_rms_norm_op);
   m.impl("rotary_embedding", &rotary_embedding_op);
   m.impl("silu_and_mul", &silu_and_mul_op);
+  m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul_op);
   m.impl("read_sum", &read_sum_op);
   m.impl("read_runs_sum", &read_runs_sum_op);
 }

@@ -1,6 +1,6 @@
 // Torch layer of decoder_stack: one set of input checks per step (not per op per layer), scratch buffers,
-// pointers. Weights come as 12 tensors per layer, in DecoderLayerWeights order; a missing bias or head
-// norm is an empty tensor. LoRA (optional): 5 tensors per projection (a, b, rank_offsets, slice_offsets,
+// pointers. Weights come as 14 tensors per layer, in DecoderLayerWeights order; a missing bias or norm is an
+// empty tensor. One RoPE cache per layer (an empty tensor: a NoPE layer; layers may share one). LoRA (optional): 5 tensors per projection (a, b, rank_offsets, slice_offsets,
 // slice_ranks; an empty `a` = no LoRA there), 20 per layer, and the step's token segments.
 #include <torch/library.h>
 
@@ -13,7 +13,7 @@ namespace llmchat::binding {
 namespace {
 
 constexpr const char* kOp = "decoder_stack";
-constexpr int64_t kPerLayer = 12;  // input_norm, post_norm, qkv, o, gate_up, down, their 4 biases, q/k norms
+constexpr int64_t kPerLayer = 14;  // input_norm, post_norm, qkv, o, gate_up, down, 4 biases, q/k norms, 2 output norms
 constexpr int64_t kLoraPerProjection = 5;
 constexpr int64_t kQuantPerRun = 5;  // values, high, scales, mins, [start, kind, min_offset] (int64)
 
@@ -64,7 +64,7 @@ void add_quant(DecoderLayerWeights& lw, int p, const at::Tensor* t, int64_t coun
   LLMCHAT_CHECK(covered == n, kOp, "quantized runs cover ", covered, " of the projection's ", n, " outputs");
 }
 
-// One layer's 12 weights; `packed` says whether its projections are bf16 panels (all or none). A quantized
+// One layer's 14 weights; `packed` says whether its projections are bf16 panels (all or none). A quantized
 // projection (runs in lw.quant) passes an empty dense weight.
 DecoderLayerWeights layer_weights(DecoderLayerWeights lw, const at::Tensor* w, const at::Tensor& x, const Widths& s,
                                   bool& packed) {
@@ -88,6 +88,8 @@ DecoderLayerWeights layer_weights(DecoderLayerWeights lw, const at::Tensor* w, c
   lw.down_bias = vector_of(w[9], "down bias", s.hidden, x);
   lw.q_norm = vector_of(w[10], "q_norm weight", s.head_size, x);
   lw.k_norm = vector_of(w[11], "k_norm weight", s.head_size, x);
+  lw.attn_out_norm = vector_of(w[12], "attention output norm weight", s.hidden, x);
+  lw.mlp_out_norm = vector_of(w[13], "MLP output norm weight", s.hidden, x);
   return lw;
 }
 
@@ -103,36 +105,45 @@ void add_lora(DecoderLayerWeights& lw, const at::Tensor* l, const at::Tensor& se
   }
 }
 
-// Positions and slots of the step's tokens against the rotary table and the cache.
-void check_token_metadata(const at::Tensor& positions, const at::Tensor& slot_mapping, const at::Tensor& cos_sin_cache,
-                          int64_t T, int64_t head_size, int64_t num_slots) {
+// A layer's RoPE table [max_pos, rot_dim] fp32 (checked against the positions), or null for an empty tensor.
+const float* rotary_of(const at::Tensor& cache, int64_t head_size, int64_t max_position, int& rot_dim) {
+  rot_dim = 0;
+  if (cache.numel() == 0) return nullptr;
+  check_cpu(kOp, cache, "cos_sin_cache");
+  check_dim(kOp, cache, "cos_sin_cache", 2);
+  check_dtype(kOp, cache, "cos_sin_cache", at::kFloat);
+  check_contiguous(kOp, cache, "cos_sin_cache");
+  rot_dim = int(cache.size(1));
+  LLMCHAT_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_size, kOp,
+                "cos_sin_cache rot_dim must be even and <= head_size, got ", rot_dim);
+  LLMCHAT_CHECK(max_position < cache.size(0), kOp, "positions must be in [0, ", cache.size(0), "), got up to ",
+                max_position);
+  return cache.data_ptr<float>();
+}
+
+// Positions and slots of the step's tokens against the cache; returns the largest position (-1 when none).
+int64_t check_token_metadata(const at::Tensor& positions, const at::Tensor& slot_mapping, int64_t T, int64_t num_slots) {
   for (auto [t, name] : {std::pair{&positions, "positions"}, {&slot_mapping, "slot_mapping"}}) {
     check_cpu(kOp, *t, name);
     check_dtype(kOp, *t, name, at::kLong);
     check_shape(kOp, *t, name, {T});
     check_contiguous(kOp, *t, name);
   }
-  check_cpu(kOp, cos_sin_cache, "cos_sin_cache");
-  check_dim(kOp, cos_sin_cache, "cos_sin_cache", 2);
-  check_dtype(kOp, cos_sin_cache, "cos_sin_cache", at::kFloat);
-  check_contiguous(kOp, cos_sin_cache, "cos_sin_cache");
-  const int64_t rot_dim = cos_sin_cache.size(1);
-  LLMCHAT_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_size, kOp,
-                "cos_sin_cache rot_dim must be even and <= head_size, got ", rot_dim);
-  if (T == 0) return;
+  if (T == 0) return -1;
   const auto [plo, phi] = int64_range(positions);
-  LLMCHAT_CHECK(plo >= 0 && phi < cos_sin_cache.size(0), kOp, "positions must be in [0, ", cos_sin_cache.size(0),
-                "), got [", plo, ", ", phi, "]");
+  LLMCHAT_CHECK(plo >= 0, kOp, "positions must be in [0, max_pos), got [", plo, ", ", phi, "]");
   const auto [slo, shi] = int64_range(slot_mapping);
   LLMCHAT_CHECK(slo >= -1 && shi < num_slots, kOp, "slot_mapping values must be -1 or in [0, ", num_slots, "), got [",
                 slo, ", ", shi, "]");
+  return phi;
 }
 
 void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weights, at::IntArrayRef sliding_windows,
                       at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& positions,
                       const at::Tensor& slot_mapping, const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                      const at::Tensor& query_start_loc, const at::Tensor& cos_sin_cache, int64_t num_q_heads,
-                      int64_t head_size, int64_t intermediate, double eps, double scale, at::TensorList lora,
+                      const at::Tensor& query_start_loc, at::TensorList cos_sin_caches, int64_t num_q_heads,
+                      int64_t head_size, int64_t intermediate, double eps, double scale, double residual_scale,
+                      bool gelu, at::TensorList lora,
                       const at::Tensor& lora_segments, at::TensorList quant, at::IntArrayRef quant_runs) {
   check_cpu(kOp, x, "x");
   check_dim(kOp, x, "x", 2);
@@ -143,10 +154,10 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
   check_contiguous(kOp, residual, "residual");
   const int64_t L = int64_t(key_caches.size()), T = x.size(0);
   LLMCHAT_CHECK(L > 0 && int64_t(value_caches.size()) == L && int64_t(sliding_windows.size()) == L &&
-                    int64_t(weights.size()) == kPerLayer * L,
-                kOp, "expected per layer one key cache, one value cache, one sliding window and ", kPerLayer,
-                " weights; got ", key_caches.size(), ", ", value_caches.size(), ", ", sliding_windows.size(), " and ",
-                weights.size());
+                    int64_t(cos_sin_caches.size()) == L && int64_t(weights.size()) == kPerLayer * L,
+                kOp, "expected per layer one key cache, one value cache, one sliding window, one RoPE cache and ",
+                kPerLayer, " weights; got ", key_caches.size(), ", ", value_caches.size(), ", ", sliding_windows.size(),
+                ", ", cos_sin_caches.size(), " and ", weights.size());
   LLMCHAT_CHECK(lora.empty() || int64_t(lora.size()) == 4 * kLoraPerProjection * L, kOp, "lora must be empty or hold ",
                 4 * kLoraPerProjection, " tensors per layer, got ", lora.size());
   const at::Tensor& kc0 = key_caches[0];
@@ -156,7 +167,8 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
                 "caches' last dimension ", cache.head_size, ", got ", head_size);
   LLMCHAT_CHECK(num_q_heads > 0 && num_q_heads % Hkv == 0, kOp, "num_q_heads (", num_q_heads,
                 ") must be a positive multiple of the caches' kv heads (", Hkv, ")");
-  LLMCHAT_CHECK(intermediate > 0 && scale > 0 && eps > 0, kOp, "intermediate, scale and eps must be positive");
+  LLMCHAT_CHECK(intermediate > 0 && scale > 0 && eps > 0 && residual_scale > 0, kOp,
+                "intermediate, scale, eps and residual_scale must be positive");
   const Widths s{T, x.size(1), intermediate, head_size, num_q_heads * head_size, Hkv * head_size};
 
   LLMCHAT_CHECK(quant_runs.empty() || int64_t(quant_runs.size()) == 4 * L, kOp,
@@ -168,6 +180,8 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
   const int64_t shapes[4][2] = {{s.qkv(), s.hidden}, {s.hidden, s.q_size}, {2 * s.intermediate, s.hidden},
                                 {s.hidden, s.intermediate}};
   const at::Tensor* next_run = quant.data();
+  check_metadata(kOp, block_tables, seq_lens, query_start_loc, T, nb, bs);
+  const int64_t max_position = check_token_metadata(positions, slot_mapping, T, nb * bs);
   DecoderStackArgs a;
   a.dtype = dt;
   for (int64_t i = 0; i < L; ++i) {
@@ -191,11 +205,13 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
     a.packed = packed;
     lw.key_cache = key_caches[i].data_ptr(), lw.value_cache = value_caches[i].data_ptr();
     lw.sliding_window = int(win);
+    lw.cos_sin_cache = rotary_of(cos_sin_caches[i], head_size, max_position, lw.rot_dim);
+    LLMCHAT_CHECK((lw.attn_out_norm == nullptr) == (lw.mlp_out_norm == nullptr) &&
+                      (i == 0 || (lw.attn_out_norm == nullptr) == (a.layers.front().attn_out_norm == nullptr)),
+                  kOp, "attention and MLP output norms must be given together, for every layer or none");
     if (!lora.empty()) add_lora(lw, lora.data() + 4 * kLoraPerProjection * i, lora_segments, x, s);
     a.layers.push_back(lw);
   }
-  check_metadata(kOp, block_tables, seq_lens, query_start_loc, T, nb, bs);
-  check_token_metadata(positions, slot_mapping, cos_sin_cache, T, head_size, nb * bs);
 
   const auto opts = x.options();
   const bool head_norms = a.layers.front().q_norm != nullptr;
@@ -203,17 +219,17 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
   at::Tensor gate_up = at::empty({T, 2 * intermediate}, opts), act = at::empty({T, intermediate}, opts);
   at::Tensor q_normed = at::empty({head_norms ? T : 0, s.q_size}, opts);
   at::Tensor k_normed = at::empty({head_norms ? T : 0, s.kv_size}, opts);
+  at::Tensor branch = at::empty({a.layers.front().attn_out_norm != nullptr ? T : 0, s.hidden}, opts);
   a.num_tokens = T, a.hidden = s.hidden, a.intermediate = intermediate;
   a.num_q_heads = int(num_q_heads), a.num_kv_heads = int(Hkv), a.head_size = int(head_size);
-  a.eps = float(eps), a.scale = float(scale);
+  a.eps = float(eps), a.scale = float(scale), a.residual_scale = float(residual_scale), a.gelu = gelu;
   a.x = x.data_ptr(), a.residual = residual.data_ptr();
   a.qkv = qkv.data_ptr(), a.attn = attn.data_ptr(), a.gate_up = gate_up.data_ptr(), a.act = act.data_ptr();
-  a.q_normed = q_normed.data_ptr(), a.k_normed = k_normed.data_ptr();
+  a.q_normed = q_normed.data_ptr(), a.k_normed = k_normed.data_ptr(), a.branch = branch.data_ptr();
   a.positions = positions.data_ptr<int64_t>(), a.slot_mapping = slot_mapping.data_ptr<int64_t>();
   a.block_tables = block_tables.data_ptr<int32_t>(), a.bt_stride = block_tables.stride(0);
   a.seq_lens = seq_lens.data_ptr<int32_t>(), a.query_start_loc = query_start_loc.data_ptr<int32_t>();
   a.num_seqs = int(seq_lens.size(0)), a.block_size = int(bs), a.blocks_per_group = int(cache.blocks_per_group);
-  a.cos_sin_cache = cos_sin_cache.data_ptr<float>(), a.rot_dim = int(cos_sin_cache.size(1));
   decoder_stack(a, torch_runtime());
 }
 
@@ -223,8 +239,9 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
 TORCH_LIBRARY_FRAGMENT(llmchat, m) {
   m.def("decoder_stack(Tensor(a!) x, Tensor(b!) residual, Tensor[] weights, int[] sliding_windows, "
         "Tensor(c!)[] key_caches, Tensor(d!)[] value_caches, Tensor positions, Tensor slot_mapping, Tensor block_tables, "
-        "Tensor seq_lens, Tensor query_start_loc, Tensor cos_sin_cache, int num_q_heads, int head_size, int intermediate, "
-        "float eps, float scale, Tensor[] lora, Tensor lora_segments, Tensor[] quant, int[] quant_runs) -> ()");
+        "Tensor seq_lens, Tensor query_start_loc, Tensor[] cos_sin_caches, int num_q_heads, int head_size, "
+        "int intermediate, float eps, float scale, float residual_scale, bool gelu, Tensor[] lora, Tensor lora_segments, "
+        "Tensor[] quant, int[] quant_runs) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) { m.impl("decoder_stack", &llmchat::binding::decoder_stack_op); }
