@@ -41,7 +41,8 @@ def prompt_to_token_ids(tokenizer, prompt, vocab_size: int) -> list[int]:
         messages = list(prompt.messages if isinstance(prompt, Continuation) else prompt)
         validate_messages(messages)
         if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError("this model's tokenizer has no chat template; pass the prompt as text")
+            from .chat_templates import NoChatTemplateError, suggested_template
+            raise NoChatTemplateError(suggested_template(tokenizer))
         rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         if isinstance(prompt, Continuation):
             rendered += prompt.partial

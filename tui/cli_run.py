@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmchat.engine.chat_templates import KNOWN_TEMPLATES, NoChatTemplateError
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("run", help="print the model's reply to one prompt (non-interactive)",
@@ -22,6 +24,8 @@ def add_parser(subparsers) -> None:
                    help="quantize a 16/32-bit model's weights while loading (GGUF files run as they are)")
     p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
     p.add_argument("--raw", action="store_true", help="send the prompt as raw text, without the chat template")
+    p.add_argument("--chat-template", metavar="NAME", choices=list(KNOWN_TEMPLATES),
+                   help=f"for a model without one, a known template: {', '.join(KNOWN_TEMPLATES)}")
     p.add_argument("--adapter", help="LoRA adapter folder to apply")
     p.add_argument("-v", "--verbose", action="store_true", help="print engine figures to stderr")
 
@@ -41,22 +45,36 @@ def _resolve(model: str):
         raise FileNotFoundError(f"no model folder at {model}") from None
 
 
-def one_request_sizing(folder, prompt, max_tokens: int, kv_cache_gb: float | None) -> dict:
+def one_request_sizing(folder, prompt, max_tokens: int, kv_cache_gb: float | None,
+                       chat_template: str | None = None) -> dict:
     """One request: a KV cache for its prompt + max_tokens (within a quarter of free RAM), not a quarter of free
     RAM for a reply of a few tokens; --kv-cache-gb sets it instead."""
     if kv_cache_gb is not None:
         return {}
     from llmchat.engine.chat import load_tokenizer, prompt_to_token_ids
+    from llmchat.engine.chat_templates import use_template
     from llmchat.engine.model_loader import read_config
     from llmchat.engine.models import ModelArgs
     context = ModelArgs.from_config(read_config(folder)).max_position_embeddings
-    needed = len(prompt_to_token_ids(load_tokenizer(folder), prompt, vocab_size=2**31)) + max_tokens + 1
+    tokenizer = load_tokenizer(folder)
+    if chat_template:
+        use_template(tokenizer, chat_template)
+    needed = len(prompt_to_token_ids(tokenizer, prompt, vocab_size=2**31)) + max_tokens + 1
     # The engine caps its cache to what max_num_seqs sequences of max_model_len tokens can use.
     return {"max_num_seqs": 1, "max_model_len": min(needed, context)}
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except NoChatTemplateError as exc:   # one line with the two ways on (cli.main prints it)
+        way = f" (--chat-template {exc.suggested})" if exc.suggested else ""
+        raise ValueError(f"{exc}{way}; or pass --raw") from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from llmchat.engine import LLM, SamplingParams
+    from llmchat.engine.chat_templates import use_template
 
     folder = _resolve(args.model)
     if args.raw:
@@ -65,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
         prompt = ([{"role": "system", "content": args.system}] if args.system else []) + \
                  [{"role": "user", "content": args.prompt}]
     llm = LLM(folder, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb, attention_backend=args.attention_backend,
-              quantize=args.quantize, **one_request_sizing(folder, prompt, args.max_tokens, args.kv_cache_gb))
+              quantize=args.quantize,
+              **one_request_sizing(folder, prompt, args.max_tokens, args.kv_cache_gb, args.chat_template))
+    if args.chat_template and not args.raw:
+        use_template(llm.tokenizer, args.chat_template)
     adapter = None
     if args.adapter:
         if not hasattr(llm, "load_adapter"):

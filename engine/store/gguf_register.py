@@ -1,7 +1,7 @@
 """Register a GGUF file in place: metadata -> config.json, tokenizer, chat template, generation config, and
 gguf.json pointing at the file (engine/model_loader.py reads its weights, quantized, from there).
 
-Everything is checked before anything is written (architecture, tensor types, chat template), and the folder
+Everything is checked before anything is written (architecture, tensor types), and the folder
 appears in the library only when complete.
 """
 from __future__ import annotations
@@ -98,9 +98,8 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
             raise UnsupportedModelError(f"{path.name}: GGUF architecture {arch!r} cannot be used "
                                         f"(llmchat runs {', '.join(ARCHITECTURES)})")
         check_types(reader)
-        if not field(reader, "tokenizer.chat_template"):
-            raise StoreError(f"{path.name} has no chat template in its metadata (tokenizer.chat_template), so "
-                             "llmchat cannot format a chat for it")
+        # no chat template (a base model): it registers; the engine takes raw text or a known template for it
+        # (engine/chat_templates.py), and a chat says so instead of failing
         quant = quant_label(reader)
         head_dim = field(reader, f"{arch}.attention.key_length")
         num_params = sum(int(t.n_elements) for t in reader.tensors)

@@ -1,5 +1,6 @@
 """Bad GGUF files get one clear error line and leave nothing in the library: truncated, unsupported tensor
-type, unknown architecture, a tensor whose shape does not fit the config, no chat template. The CLI prints
+type, unknown architecture, a tensor whose shape does not fit the config (a file without a chat template is
+no error: tests/engine/test_chat_templates.py). The CLI prints
 that line, exits non-zero, and shows no traceback."""
 from __future__ import annotations
 
@@ -65,9 +66,6 @@ def test_shape_that_does_not_fit_the_config(store, tiny_source, tmp_path):
     assert_refused(store, bad, "has shape .* its config expects")
 
 
-def test_no_chat_template(store, tiny_source, tmp_path):
-    path = write_gguf(tiny_source("llama"), tmp_path / "plain.gguf", {"ffn_up": "Q8_0"}, chat_template=False)
-    assert_refused(store, path, "has no chat template")
 
 
 def test_cli_prints_one_line_and_no_traceback(tmp_path):
