@@ -20,6 +20,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-baseline", action="store_true", help="skip the transformers and llama.cpp baselines")
     p.add_argument("--quantize", choices=["q8_0", "q4_0", "q4_k"], default=None,
                    help="quantize a 16/32-bit model at load and measure that")
+    p.add_argument("--context", type=int, nargs="+", default=None, metavar="N",
+                   help="decode tok/s after prompts of these lengths (e.g. 1024 8192: sliding-window models)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--kernels", action="store_true", help="run the kernel micro-benchmark (llmchat.kernels.bench)")
     p.add_argument("--lora", action="store_true",
@@ -52,6 +54,14 @@ def run(args: argparse.Namespace) -> int:
                                        new_tokens=args.tokens, prefix_len=args.prefix, kv_cache_gb=args.kv_cache_gb,
                                        attention_backend=args.attention_backend, num_threads=args.threads)
         print(json.dumps(result, indent=2) if args.json else bench_determinism.format_report(result))
+        return 0
+    if args.context:
+        from llmchat.engine import bench_context
+        from llmchat.tui.cli_run import _resolve
+        result = bench_context.run(_resolve(args.model), contexts=args.context, new_tokens=args.tokens,
+                                   dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
+                                   attention_backend=args.attention_backend, num_threads=args.threads)
+        print(json.dumps(result, indent=2) if args.json else bench_context.format_report(result))
         return 0
     if args.lora:
         from llmchat.engine.lora.bench import run_cli as run_lora_bench

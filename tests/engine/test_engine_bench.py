@@ -27,3 +27,17 @@ def test_bench_reports_every_figure_with_a_baseline(tiny_model_dir, capsys, monk
         assert engine[key] > 0 and hf[key] > 0 and report["ratio_vs_transformers"][key] > 0
     assert engine["cached_prefix_tokens"] > 0
     assert "policy" in seen and seen["policy"] is None
+
+
+def test_bench_context_reports_decode_at_each_length_and_the_windows_kv_reads(tiny_model_dir, capsys):
+    """--context on a sliding-window model (tiny Gemma 3: window 20 on one of two layers); a length past the
+    model's context is skipped, not an error."""
+    code = cli_main(["bench", str(tiny_model_dir("gemma3")), "--context", "64", "256", "100000", "--tokens", "4",
+                     "--dtype", "float32", "--kv-cache-gb", "0.01", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["context"] for r in report["rows"]] == [64, 256] and report["skipped_contexts"] == [100000]
+    assert report["sliding_layers"] == 1 and report["windows"] == [20]
+    for row in report["rows"]:
+        assert row["decode_tok_s"] > 0
+        assert row["kv_mb_read_per_token"] < row["kv_mb_if_all_global"]   # the local layer reads its window only
