@@ -38,10 +38,10 @@ def run(model_path, contexts=(1024, 8192), new_tokens: int = 32, dtype: str = "a
     for context in contexts:
         prompt = [100 + (7 * i) % max(1, min(vocab, 30000) - 101) for i in range(context)]
         out = llm.generate([prompt], fixed)[0]
-        rate = out.metrics.decode_tokens_per_s
+        rate, size = out.metrics.decode_tokens_per_s, runner.dtype.itemsize
         rows.append({"context": context, "decode_tok_s": rate, "ms_per_token": 1000 / rate if rate else None,
-                     "prefill_s": out.metrics.ttft, "kv_mb_read_per_token": kv_bytes_read(args, context, runner.dtype.itemsize) / 2**20,
-                     "kv_mb_if_all_global": kv_bytes_read(_all_global(args), context, runner.dtype.itemsize) / 2**20})
+                     "prefill_s": out.metrics.ttft, "kv_mb_read_per_token": kv_bytes_read(args, context, size) / 2**20,
+                     "kv_mb_if_all_global": kv_bytes_read(_all_global(args), context, size) / 2**20})
     windows = sorted({w for w in args.sliding_windows if w > 0})
     return {"model": str(model_path), "dtype": str(runner.dtype).replace("torch.", ""),
             "attention": runner.attention_backend, "layers": args.num_layers,

@@ -1,8 +1,8 @@
 """Llama / Mistral / Qwen2 / Qwen3 / Granite / Phi-3 / SmolLM3 as the engine's own modules: fused qkv and gate_up,
 paged attention. Gemma 3 reuses them with its own decoder layer and norms (models/gemma3.py).
 
-Per-family differences come from ModelArgs (models/args.py): attention scale, NoPE layers, multipliers. Module names mirror the checkpoints
-(model.layers.N.self_attn...), so weight loading only needs the stacking table below.
+Per-family differences come from ModelArgs (models/args.py): attention scale, NoPE layers, multipliers. Module
+names mirror the checkpoints (model.layers.N.self_attn...), so weight loading only needs the stacking table below.
 
 Hot path: after loading, `bind()` stores plain references to the submodules' forward methods in each
 module's __dict__ (`_qkv`, `_mlp`, ...). Calling those skips nn.Module.__call__ and __getattr__, which
