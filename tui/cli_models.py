@@ -40,6 +40,13 @@ def add_parser(subparsers) -> None:
         action.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _status(m) -> str:
+    """"ok", with what a runnable model's note says (a multimodal checkpoint runs text only), or why not."""
+    if not m.supported:
+        return m.reason
+    return f"ok ({m.reason})" if m.reason else "ok"
+
+
 def _bytes(n) -> str:
     from llmchat.engine.store.pull import human_bytes
     return "-" if n is None else human_bytes(n)
@@ -174,7 +181,7 @@ def _list(store, args) -> int:
               "or `llmchat models import PATH`")
         return 0
     rows = [[m.name, m.kind, m.architecture or "-", _params(m.num_params), m.quant or m.dtype or "-",
-             m.context_length or "-", _bytes(m.size_bytes), m.source, "ok" if m.supported else m.reason]
+             m.context_length or "-", _bytes(m.size_bytes), m.source, _status(m)]
             for m in models]
     print(_table(rows, ["NAME", "KIND", "ARCHITECTURE", "PARAMS", "WEIGHTS", "CONTEXT", "SIZE", "SOURCE", "STATUS"]))
     return 0
@@ -201,7 +208,7 @@ def _import(store, args) -> int:
     elif model.name in before:   # the store gives a new source a new name: the same name means the same source
         print(f"{model.name} is already in the library (from {args.path}): nothing imported")
     else:
-        status = "ok" if model.supported else f"cannot run: {model.reason}"
+        status = _status(model) if model.supported else f"cannot run: {model.reason}"
         quant = f", {model.quant} kept quantized" if model.quant else ""
         print(f"imported {model.name} ({model.architecture}, {_params(model.num_params)} parameters, "
               f"{_bytes(model.size_bytes)}{quant}) at {model.path}: {status}")

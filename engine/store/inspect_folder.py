@@ -7,7 +7,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from .support import INDEX_FILE, adapter_reason, architecture_reason
+from .support import ARCHITECTURE_NOTES, INDEX_FILE, adapter_reason, architecture_reason
 
 _DTYPE_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64", "I8": "int8",
                 "U8": "uint8", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I32": "int32", "I64": "int64"}
@@ -123,7 +123,7 @@ def describe_folder(folder: Path) -> FolderInfo:
     arch = (config.get("architectures") or [None])[0]
     dtype = weights_dtype or config.get("dtype") or config.get("torch_dtype")
     return FolderInfo("model", arch, params or None, dtype, _context_length(config), complete,
-                      complete and not support, reason or support)
+                      complete and not support, reason or support or ARCHITECTURE_NOTES.get(arch, ""))
 
 
 def _describe_gguf(folder: Path, config: dict, pointer: dict) -> FolderInfo:

@@ -118,3 +118,19 @@ def test_gemma3_multimodal_checkpoint_runs_its_text_part(tmp_path):
             out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                  do_sample=False, max_new_tokens=8, eos_token_id=None)
         assert got == out[0, len(ids):].tolist()
+
+
+def test_models_list_runs_a_multimodal_gemma3_as_text_only(tmp_path, monkeypatch, capsys):
+    """The library says a Gemma3ForConditionalGeneration folder runs, with the note that images do not."""
+    from llmchat.engine.store import ModelStore
+    from llmchat.tui.cli import main as cli_main
+    folder = make_model(tmp_path / "g", "gemma3")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({"architectures": ["Gemma3ForConditionalGeneration"],
+                                                    "model_type": "gemma3", "text_config": config}))
+    monkeypatch.setenv("LLMCHAT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    model = ModelStore(tmp_path / "data").import_path(folder)
+    assert model.supported and "images are not supported" in model.reason
+    assert cli_main(["models", "list"]) == 0
+    assert "ok (text only: images are not supported)" in capsys.readouterr().out
