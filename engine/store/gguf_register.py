@@ -65,7 +65,9 @@ def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, rea
     from llmchat.engine.model_loader import _target, read_config
     from llmchat.engine.quant.gguf_model import check_shapes
     check_shapes(reader, read_config(out), path, _target)
-    if arch in FAMILY_ARCHS:   # AutoTokenizer would read the config through transformers' GGUF reader first
+    # AutoTokenizer reads the config through transformers' GGUF reader first, which refuses granite and smollm3;
+    # the tokenizer itself is built from the same metadata by the same builders either way
+    if arch in FAMILY_ARCHS:
         from transformers import PreTrainedTokenizerFast
         tok = PreTrainedTokenizerFast.from_pretrained(str(path.parent), gguf_file=path.name)
     else:
