@@ -134,3 +134,21 @@ def test_models_list_runs_a_multimodal_gemma3_as_text_only(tmp_path, monkeypatch
     assert model.supported and "images are not supported" in model.reason
     assert cli_main(["models", "list"]) == 0
     assert "ok (text only: images are not supported)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("backend", ["kernels", "torch"])
+def test_gemma3_sliding_layers_past_the_window_over_cached_blocks(tiny_model_dir, backend):
+    """Window 20 on the local layer: a second prompt reuses 64 cached tokens (4 blocks, past the window) and
+    both replies equal transformers'."""
+    from engine_helpers import hf_greedy as hf_engine_greedy
+
+    from llmchat.engine import LLM, SamplingParams
+    folder = tiny_model_dir("gemma3")
+    llm = LLM(folder, attention_backend=backend, max_num_batched_tokens=24)
+    greedy_12 = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    shared = prompt(64, 21)
+    first = llm.generate([shared + prompt(6, 22)], greedy_12)[0]
+    second = llm.generate([shared + prompt(10, 23)], greedy_12)[0]
+    assert second.metrics.num_cached_tokens == 64 > 20
+    for out in (first, second):
+        assert out.token_ids == hf_engine_greedy(folder, out.prompt_token_ids, 12, ignore_eos=True)
