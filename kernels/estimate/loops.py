@@ -1,0 +1,93 @@
+"""The loops estimated: ours from kernels/estimate/csrc, llama.cpp's from the tree the user points to.
+
+Each row of a table pairs our loop with llama.cpp's equivalents. Work is counted in multiply-accumulates
+(MACs): for a GEMV one MAC is one weight, for a GEMM one weight times one token, for attention one element
+of one key for one query row (so cycles per key and query head = cycles per MAC x head size).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUR_SOURCES = HERE / "csrc"
+OUR_INCLUDES: list[Path] = [HERE.parent / "csrc"]
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    row: str            # the table row (an operation)
+    side: str           # "llmchat" or "llama.cpp"
+    name: str           # what the column shows
+    source: str         # ours: a file in csrc/; llama.cpp: a path under its ggml/src/ggml-cpu (or ours: prefix)
+    function: str
+    kind: str = "int"   # "int", "float" or "mul" (asm_loop.macs_of)
+    want: str = ""      # regex the loop must contain (one code path of a function with several)
+    avoid: str = ""
+    needs: frozenset = frozenset()  # core features the path needs ("i8mm", "bf16"); otherwise not run there
+    without: frozenset = frozenset()  # features whose presence means the engine takes another path
+
+
+OURS = [
+    LoopSpec("Q4_0 GEMV (decode)", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q4_0_decode"),
+    LoopSpec("Q4_0 GEMM (prefill)", "llmchat", "tile 4x4", "quant_loops.cpp", "est_q4_0_prefill"),
+    LoopSpec("Q8_0 GEMV (decode)", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q8_0_decode"),
+    LoopSpec("Q8_0 GEMM (prefill)", "llmchat", "tile 4x4", "quant_loops.cpp", "est_q8_0_prefill"),
+    LoopSpec("bf16 GEMV (decode and prefill)", "llmchat", "4 rows", "gemv_loops.cpp", "est_gemv_bf16", "float"),
+    LoopSpec("fp32 GEMV", "llmchat", "4 rows", "gemv_loops.cpp", "est_gemv_f32", "float"),
+    LoopSpec("attention QK, D=64", "llmchat", "bf16 cache", "attention_loops.cpp", "est_qk_d64", "float"),
+    LoopSpec("attention QK, D=128", "llmchat", "bf16 cache", "attention_loops.cpp", "est_qk_d128", "float"),
+    LoopSpec("attention P.V, D=64", "llmchat", "bf16 cache", "attention_loops.cpp", "est_pv_d64", "float"),
+    LoopSpec("attention P.V, D=128", "llmchat", "bf16 cache", "attention_loops.cpp", "est_pv_d128", "float"),
+]
+
+QUANTS, REPACK, VEC = "arch/arm/quants.c", "arch/arm/repack.cpp", "vec.cpp"
+LLAMA = [
+    # Plain GGUF rows (vec_dot, one row at a time; i8mm cores take two rows x two tokens with SMMLA for prefill).
+    LoopSpec("Q4_0 GEMV (decode)", "llama.cpp", "vec_dot", QUANTS, "ggml_vec_dot_q4_0_q8_0", avoid="mmla"),
+    LoopSpec("Q4_0 GEMM (prefill)", "llama.cpp", "vec_dot", QUANTS, "ggml_vec_dot_q4_0_q8_0", want="smmla",
+             needs=frozenset({"i8mm"})),
+    LoopSpec("Q8_0 GEMV (decode)", "llama.cpp", "vec_dot", QUANTS, "ggml_vec_dot_q8_0_q8_0", avoid="mmla"),
+    LoopSpec("Q8_0 GEMM (prefill)", "llama.cpp", "vec_dot", QUANTS, "ggml_vec_dot_q8_0_q8_0", want="smmla",
+             needs=frozenset({"i8mm"})),
+    # What llama.cpp runs by default on ARM: weights repacked at load into interleaved rows (4x4 with dotprod,
+    # 4x8 with i8mm; SVE-256 cores such as Graviton 3 take 8x8 SVE kernels, not estimated here).
+    LoopSpec("Q4_0 GEMV (decode)", "llama.cpp", "repacked", REPACK, "ggml_gemv_q4_0_4x4_q8_0", without=frozenset({"i8mm"})),
+    LoopSpec("Q4_0 GEMV (decode)", "llama.cpp", "repacked", REPACK, "ggml_gemv_q4_0_4x8_q8_0", needs=frozenset({"i8mm"})),
+    LoopSpec("Q4_0 GEMM (prefill)", "llama.cpp", "repacked", REPACK, "ggml_gemm_q4_0_4x4_q8_0", without=frozenset({"i8mm"})),
+    LoopSpec("Q4_0 GEMM (prefill)", "llama.cpp", "repacked", REPACK, "ggml_gemm_q4_0_4x8_q8_0", needs=frozenset({"i8mm"})),
+    LoopSpec("Q8_0 GEMV (decode)", "llama.cpp", "repacked", REPACK, "ggml_gemv_q8_0_4x4_q8_0", without=frozenset({"i8mm"})),
+    LoopSpec("Q8_0 GEMV (decode)", "llama.cpp", "repacked", REPACK, "ggml_gemv_q8_0_4x8_q8_0", needs=frozenset({"i8mm"})),
+    LoopSpec("Q8_0 GEMM (prefill)", "llama.cpp", "repacked", REPACK, "ggml_gemm_q8_0_4x4_q8_0", without=frozenset({"i8mm"})),
+    LoopSpec("Q8_0 GEMM (prefill)", "llama.cpp", "repacked", REPACK, "ggml_gemm_q8_0_4x8_q8_0", needs=frozenset({"i8mm"})),
+    # A BF16 GGUF: ggml_vec_dot_bf16 has no NEON path (fp32 products added one by one in double); F16 is the
+    # format llama.cpp runs fast on ARM (fp16 FMAs).
+    LoopSpec("bf16 GEMV (decode and prefill)", "llama.cpp", "BF16 vec_dot", VEC, "ggml_vec_dot_bf16", "mul"),
+    LoopSpec("bf16 GEMV (decode and prefill)", "llama.cpp", "F16 vec_dot", VEC, "ggml_vec_dot_f16", "float"),
+    LoopSpec("fp32 GEMV", "llama.cpp", "vec_dot", VEC, "ggml_vec_dot_f32", "float"),
+    # Flash attention with its default f16 cache: a dot per key, then V added into an fp16 accumulator.
+    LoopSpec("attention QK, D=64", "llama.cpp", "f16 cache", VEC, "ggml_vec_dot_f16", "float"),
+    LoopSpec("attention QK, D=128", "llama.cpp", "f16 cache", VEC, "ggml_vec_dot_f16", "float"),
+    LoopSpec("attention P.V, D=64", "llama.cpp", "f16 cache", "ours:llama_cpp_loops.cpp", "est_llama_vec_mad_f16", "float"),
+    LoopSpec("attention P.V, D=128", "llama.cpp", "f16 cache", "ours:llama_cpp_loops.cpp", "est_llama_vec_mad_f16", "float"),
+]
+
+
+def applies(spec: LoopSpec, features: frozenset) -> bool:
+    return spec.needs <= features and not (spec.without & features)
+
+
+def llama_ggml_dir(path: Path) -> Path:
+    """The ggml/ folder of a llama.cpp checkout, of llama-cpp-python's sdist (vendor/llama.cpp), or itself."""
+    for cand in (path / "ggml", path / "vendor" / "llama.cpp" / "ggml", path):
+        if (cand / "src" / "ggml-cpu" / QUANTS).is_file():
+            return cand
+    raise SystemExit(f"no llama.cpp ggml sources under {path} (want ggml/src/ggml-cpu/{QUANTS})")
+
+
+def llama_source(spec: LoopSpec, ggml: Path) -> tuple[Path, list[Path]]:
+    """(source file, include folders) of a llama.cpp loop."""
+    includes = [ggml / "include", ggml / "src", ggml / "src" / "ggml-cpu"]
+    if spec.source.startswith("ours:"):
+        return OUR_SOURCES / spec.source[len("ours:"):], includes
+    return ggml / "src" / "ggml-cpu" / spec.source, includes
