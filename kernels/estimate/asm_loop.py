@@ -174,7 +174,7 @@ def _trip(blocks: list[Block], header: int, body: set[int]) -> list[int]:
                         best, best_len = path, n
             elif s in body and s not in path:
                 stack.append((s, path + [s]))
-    if best is None:  # the work sits on alternative paths: take the path with the most of it
+    if best is None:  # the work sits on alternative paths (an if/else of two kernels): not one loop to time
         raise LookupError("no single trip holds the loop's work")
     return best
 
