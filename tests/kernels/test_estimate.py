@@ -54,3 +54,16 @@ f:
     assert loop.macs == 32
     assert loop.lines[0].startswith("sdot") and loop.lines[-1].startswith("b.ne")
     assert not any(l.startswith("prfm") for l in loop.lines), "the shortest trip skips the rare branch"
+
+
+def test_projection_is_a_roofline_of_bytes_and_cycles():
+    from llmchat.kernels.estimate.projection import MODELS, Machine, project
+
+    smol = MODELS[0]
+    assert smol.weights == 134_479_872  # SmolLM2-135M's projections + tied embedding as the output head
+    m = Machine("test", "neoverse-v1", threads=2, ghz=2.0, bandwidth_gbs=50)
+    fast = project(smol, "bf16", m, gemv_cpm=0.001, gemm_cpm=0.05, attn_cpm=0.001, context=0, prompt=0)
+    assert fast.decode_bound == "memory" and abs(fast.decode_tok_s - 50e9 / (2 * smol.weights)) < 1e-6
+    assert abs(fast.prefill_tok_s - 4e9 / (0.05 * smol.weights)) < 1e-6
+    slow = project(smol, "Q4_0", m, gemv_cpm=1.0, gemm_cpm=1.0, attn_cpm=1.0, context=0, prompt=0)
+    assert slow.decode_bound == "compute" and abs(slow.decode_tok_s - 4e9 / smol.weights) < 1e-6
