@@ -34,7 +34,7 @@ async def shoot(model: str, out: Path) -> None:
             prompt.load_text(question)
             prompt.focus()
             await pilot.press("enter")
-        while app.replies:
+        while app.main_screen.replies:
             await asyncio.sleep(0.1)
         app.clear_notifications()
         await pilot.pause(1.0)

@@ -10,8 +10,8 @@ from .paths import data_dir
 
 def prepare_model(model: str) -> str:
     """Check `--model` before the screen opens; a .gguf file is imported into the library first."""
-    if model.startswith("remote:"):
-        from llmchat.engine.remote import split_remote
+    from llmchat.engine.remote import is_remote, split_remote
+    if is_remote(model):
         split_remote(model)   # ValueError when malformed; the endpoint is checked when the session uses it
         return model
     path = Path(model).expanduser()

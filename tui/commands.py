@@ -1,11 +1,12 @@
-"""Every app action, once: the command palette lists them all and the help screen shows them with keys."""
+"""Every app action, once: the command palette lists those of the screen it opens over (the chat's on the
+chat screen) and the app's, and runs each where it lives."""
 from __future__ import annotations
 
 from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-# (palette title, help text, app action)
+# (palette title, help text, action of the chat screen or of the app)
 ACTIONS: list[tuple[str, str, str]] = [
     ("New session", "Start a new chat session", "new_session"),
     ("Rename session", "Rename the current session", "rename_session"),
@@ -32,13 +33,21 @@ ACTIONS: list[tuple[str, str, str]] = [
 class ActionsProvider(Provider):
     """One provider for all llmchat actions."""
 
-    async def discover(self) -> Hits:
+    def available(self):
+        """(title, help, run) of each action the calling screen or the app has."""
         for title, help_text, action in ACTIONS:
-            yield DiscoveryHit(title, partial(self.app.run_action, action), help=help_text)
+            for node in (self.screen, self.app):
+                if hasattr(node, f"action_{action}"):
+                    yield title, help_text, partial(node.run_action, action)
+                    break
+
+    async def discover(self) -> Hits:
+        for title, help_text, run in self.available():
+            yield DiscoveryHit(title, run, help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for title, help_text, action in ACTIONS:
+        for title, help_text, run in self.available():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), partial(self.app.run_action, action), help=help_text)
+                yield Hit(score, matcher.highlight(title), run, help=help_text)

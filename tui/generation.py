@@ -9,6 +9,10 @@ from contextlib import aclosing
 from .chat_state import ChatMessage, ChatSession, ReplyStats
 from .engines import EngineManager
 
+# What loading a model or streaming a reply raises on bad input or a broken model: shown as a notice, never
+# as a traceback.
+EXPECTED_ERRORS = (ValueError, FileNotFoundError, RuntimeError, OSError)
+
 
 def sampling_params(session: ChatSession):
     """SamplingParams from the session; unset fields stay None so the engine fills the model's defaults."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from llmchat.engine.remote import (Endpoint, Health, RemoteEngine, RemoteError, check_health, find_endpoint,
-                                   is_remote, list_models, split_remote)
+from llmchat.engine.remote import (REMOTE_PREFIX, Endpoint, Health, RemoteEngine, RemoteError, check_health,
+                                   find_endpoint, is_remote, list_models, split_remote)
 
 __all__ = ["RemoteModels", "is_remote"]
 
@@ -53,7 +53,7 @@ class RemoteModels:
         for name, model in self.models.items():
             health = self.health.get(split_remote(name)[0])
             state = health.label() if health else "remote"
-            rows.append((f"{name[len('remote:'):]} · {state}", model.engine.metrics()))
+            rows.append((f"{name.removeprefix(REMOTE_PREFIX)} · {state}", model.engine.metrics()))
         return rows
 
     async def shutdown(self) -> None:

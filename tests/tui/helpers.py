@@ -28,9 +28,9 @@ async def press(pilot, *keys: str, until=None, what: str = "key effect") -> None
 
 
 def reply_done(app, session_id: int | None = None) -> bool:
-    session = app.sessions[session_id if session_id is not None else app.current_id]
+    session = app.main_screen.sessions[session_id if session_id is not None else app.main_screen.current_id]
     return bool(session.messages) and session.messages[-1].role == "assistant" \
-        and session.messages[-1].finish_reason is not None and session.id not in app.replies
+        and session.messages[-1].finish_reason is not None and session.id not in app.main_screen.replies
 
 
 def notices(app) -> list[str]:
@@ -46,7 +46,7 @@ async def send(pilot, text: str, typed: bool = False) -> None:
         await pilot.press(*text)
     else:
         prompt.load_text(text)
-    session = pilot.app.current
+    session = pilot.app.main_screen.current
     count = len(session.messages)
     await press(pilot, "enter", until=lambda: len(session.messages) > count or prompt.text == "", what="sent")
 
@@ -58,7 +58,7 @@ async def open_with_model(pilot, app) -> None:
 
 def set_session(app, **settings) -> None:
     """Change the current session's settings as the settings screen would (saved to the database)."""
-    session = app.current
+    session = app.main_screen.current
     for name, value in settings.items():
         setattr(session.settings, name, value)
     app.db.save_settings(session.id, session.settings)

@@ -18,7 +18,7 @@ async def main():
     async with app.run_test(size=(140,40)) as pilot:
         await open_with_model(pilot, app)
         for i in range(8):
-            if i: await press(pilot, "ctrl+n", until=lambda: len(app.sessions) == i + 1 and app.current_id == max(app.sessions))
+            if i: await press(pilot, "ctrl+n", until=lambda: len(app.main_screen.sessions) == i + 1 and app.main_screen.current_id == max(app.main_screen.sessions))
             set_session(app, max_tokens=int(os.environ.get("MAXTOK", 400)))
             await send(pilot, f"question {i}")
         engine = next(iter(app.engines.loaded.values())).engine
@@ -29,14 +29,14 @@ async def main():
         prompt = app.query_one(PromptInput); prompt.focus()
         key_lat=[]; running=[]
         t0=time.monotonic()
-        while app.replies and time.monotonic()-t0 < 60:
+        while app.main_screen.replies and time.monotonic()-t0 < 60:
             running.append(engine.metrics().num_running)
             n=len(prompt.text); t=time.monotonic(); app.simulate_key("x")
             while len(prompt.text)==n: await asyncio.sleep(0.001)
             key_lat.append(time.monotonic()-t)
             await asyncio.sleep(0.05)
         timer.stop()
-        gen = sum(m.stats.num_generated_tokens for s in app.sessions.values() for m in s.messages if m.stats)
+        gen = sum(m.stats.num_generated_tokens for s in app.main_screen.sessions.values() for m in s.messages if m.stats)
         print(f"8 sessions, {gen} tokens in {time.monotonic()-t0:.1f}s, max running {max(running)}")
         print(f"keystroke->input latency ms: median {statistics.median(key_lat)*1000:.1f} p95 {sorted(key_lat)[int(len(key_lat)*.95)]*1000:.1f} max {max(key_lat)*1000:.1f} (n={len(key_lat)})")
         print(f"event loop 10ms-timer gaps ms: median {statistics.median(lags)*1000:.1f} p95 {sorted(lags)[int(len(lags)*.95)]*1000:.1f} max {max(lags)*1000:.1f}")

@@ -1,5 +1,5 @@
 """App flows around the chat: persistence across restart, settings, malformed TOML, export, first run,
-memory budget, command palette, help."""
+memory budget, command palette, help, chat keys over dialogs."""
 from __future__ import annotations
 
 import json
@@ -24,19 +24,19 @@ async def test_sessions_and_messages_survive_a_restart(dirs, chat_model):
         await open_with_model(pilot, app)
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app))
-        reply = app.current.messages[-1].content
+        reply = app.main_screen.current.messages[-1].content
         await pilot.press("f2")
         app.screen.query_one(Input).value = "kept"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.current.title == "kept", what="renamed")
+        await wait_until(pilot, lambda: app.main_screen.current.title == "kept", what="renamed")
         await pilot.press("ctrl+n")
-        await wait_until(pilot, lambda: len(app.sessions) == 2)
+        await wait_until(pilot, lambda: len(app.main_screen.sessions) == 2)
     again = LlmChatApp(show_welcome=False)
     async with again.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        titles = sorted(s.title for s in again.sessions.values())
+        titles = sorted(s.title for s in again.main_screen.sessions.values())
         assert titles == ["New chat 2", "kept"]
-        kept = next(s for s in again.sessions.values() if s.title == "kept")
+        kept = next(s for s in again.main_screen.sessions.values() if s.title == "kept")
         assert [(m.role, m.content) for m in kept.messages] == [("user", "hello"), ("assistant", reply)]
         assert kept.messages[1].stats.num_generated_tokens > 0
         assert kept.settings.model == str(chat_model)
@@ -67,12 +67,12 @@ async def test_session_settings_screen_validates_and_saves(dirs, chat_model):
         screen.query_one("#system_prompt", TextArea).load_text("Answer briefly.")
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: not isinstance(app.screen, SessionSettingsScreen), what="dialog closed")
-        s = app.current.settings
+        s = app.main_screen.current.settings
         assert (s.temperature, s.top_p, s.seed, s.max_tokens, s.system_prompt) == (0.7, 0.9, 42, 5, "Answer briefly.")
         assert app.db.load_sessions()[0].settings == s
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app))
-        reply = app.current.messages[-1]
+        reply = app.main_screen.current.messages[-1]
         assert reply.stats.num_generated_tokens <= 5
         # the system prompt reached the engine: the prompt is longer than without it
         assert reply.stats.num_prompt_tokens > 20
@@ -85,7 +85,7 @@ async def test_malformed_settings_file_gives_a_notice_and_is_kept(dirs, chat_mod
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert any("not valid TOML" in n and "will not overwrite" in n for n in notices(app))
-        app.use_model(str(chat_model))          # would save default_model to settings.toml if allowed
+        app.main_screen.use_model(str(chat_model))          # would save default_model to settings.toml if allowed
         await wait_until(pilot, lambda: any("not saved" in n for n in notices(app)), what="refusal notice")
     assert path.read_text() == "kv_cache_gb = [broken"
 
@@ -98,12 +98,12 @@ async def test_export_writes_markdown_and_json(dirs, chat_model):
         await wait_until(pilot, lambda: reply_done(app))
         await pilot.press("f7")
         await wait_until(pilot, lambda: any(n.startswith("Exported to") for n in notices(app)))
-        md, js = app.last_export
+        md, js = app.main_screen.last_export
         assert md.parent == dirs["data"] / "exports"
         assert "## User\n\nhello" in md.read_text()
         data = json.loads(js.read_text())
         assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
-        assert data["messages"][1]["content"] == app.current.messages[1].content
+        assert data["messages"][1]["content"] == app.main_screen.current.messages[1].content
 
 
 async def test_first_run_guides_to_import_and_the_imported_model_is_used(dirs, chat_model):
@@ -124,12 +124,12 @@ async def test_first_run_guides_to_import_and_the_imported_model_is_used(dirs, c
         table.focus()
         await pilot.press("enter")                  # use it in this session
         await wait_until(pilot, lambda: len(app.engines.loaded) == 1, what="model loaded")
-        assert app.current.settings.model == name
+        assert app.main_screen.current.settings.model == name
         assert app.settings.default_model == name   # remembered in settings.toml for next time
         assert f'default_model = "{name}"' in (dirs["config"] / "settings.toml").read_text()
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app))
-        assert app.current.messages[-1].content
+        assert app.main_screen.current.messages[-1].content
 
 
 async def test_memory_budget_unloads_the_least_recently_used_model(dirs, chat_model, long_model):
@@ -141,8 +141,8 @@ async def test_memory_budget_unloads_the_least_recently_used_model(dirs, chat_mo
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app))
         await pilot.press("ctrl+n")
-        app.current.settings.model = str(long_model)
-        app.current.settings.max_tokens = 3
+        app.main_screen.current.settings.model = str(long_model)
+        app.main_screen.current.settings.max_tokens = 3
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app), what="reply from the second model")
         assert [m.path.name for m in app.engines.loaded.values()] == [long_model.name]
@@ -158,7 +158,7 @@ async def test_command_palette_runs_actions_and_help_lists_keys(dirs):
         # the palette searches in a worker; Enter picks the highlighted hit once there is one
         await wait_until(pilot, lambda: any(o.option_count for o in app.screen.query("CommandList")), what="hits")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: len(app.sessions) == 2, what="new session from the palette")
+        await wait_until(pilot, lambda: len(app.main_screen.sessions) == 2, what="new session from the palette")
         await press(pilot, "f1", until=lambda: isinstance(app.screen, HelpScreen), what="help")
         # the Markdown widget takes its text when mounted: wait for it
         await wait_until(pilot, lambda: app.screen.query("Markdown") and app.screen.query_one("Markdown").source,
@@ -178,3 +178,27 @@ async def test_a_theme_picked_in_the_app_is_remembered(dirs):
     async with again.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert again.theme == "nord"
+
+
+async def test_chat_keys_do_nothing_over_a_dialog_and_work_again_after_it(dirs):
+    from llmchat.tui.screens.compare_screen import CompareScreen
+    from llmchat.tui.screens.main_screen import MainScreen
+    app = LlmChatApp(show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.main_screen.current is not None, what="chat open")
+        await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen), what="settings")
+        await pilot.press("f6", "f7", "ctrl+n", "f8")          # f6/f7 are priority keys on the chat screen
+        await pilot.pause()
+        assert isinstance(app.screen, SessionSettingsScreen) and len(app.main_screen.sessions) == 1
+        assert app.main_screen.last_export is None
+        # the chat's footer under the dialog lists none of the chat's keys, only what acts there (f1)
+
+        def chat_keys() -> set[str]:
+            own = {binding.key for binding in MainScreen.BINDINGS}
+            return {key for key, active in app.main_screen.active_bindings.items()
+                    if active.node is app.main_screen and key in own}
+        assert chat_keys() == set() and "f1" in app.main_screen.active_bindings
+        await press(pilot, "escape", until=lambda: app.screen is app.main_screen, what="dialog closed")
+        assert {"f6", "f7", "ctrl+n", "f8"} <= chat_keys()
+        await press(pilot, "f6", until=lambda: isinstance(app.screen, CompareScreen), what="compare")
+        await pilot.pause()      # let the Compare screen finish mounting before the app closes

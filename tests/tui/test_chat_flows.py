@@ -26,7 +26,7 @@ async def test_reply_streams_with_stats_and_regenerate_is_deterministic(dirs, ch
         await open_with_model(pilot, app)
         await send(pilot, "hello", typed=True)
         await wait_until(pilot, lambda: reply_done(app), what="first reply")
-        session = app.current
+        session = app.main_screen.current
         first = session.messages[-1]
         assert first.finish_reason in ("stop", "length") and first.content
         assert first.stats.num_prompt_tokens > 0 and first.stats.ttft is not None
@@ -50,21 +50,21 @@ async def test_three_sessions_stream_at_once_and_switching_keeps_them_going(dirs
     app = LlmChatApp(model=str(long_model), show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         await open_with_model(pilot, app)
-        ids = [app.current_id]
+        ids = [app.main_screen.current_id]
         for i in range(2):
-            await press(pilot, "ctrl+n", until=lambda: len(app.sessions) == i + 2 and app.current_id == max(app.sessions))
-            ids.append(app.current_id)
+            await press(pilot, "ctrl+n", until=lambda: len(app.main_screen.sessions) == i + 2 and app.main_screen.current_id == max(app.main_screen.sessions))
+            ids.append(app.main_screen.current_id)
         for session_id in ids:      # sessions first, then three quick sends: the replies overlap
-            app.sessions[session_id].settings.max_tokens = 450   # long enough to overlap on a busy machine
+            app.main_screen.sessions[session_id].settings.max_tokens = 450   # long enough to overlap on a busy machine
         for n, session_id in enumerate(ids):
-            await app.switch_to(session_id)
+            await app.main_screen.switch_to(session_id)
             await send(pilot, f"question {n}")
         engine = next(iter(app.engines.loaded.values())).engine
         await wait_until(pilot, lambda: engine.metrics().num_running + engine.metrics().num_waiting == 3, what="3 requests in the engine together")
-        assert set(app.replies) == set(ids)
+        assert set(app.main_screen.replies) == set(ids)
         assert all(app.query_one(Sidebar).item(i).generating for i in ids)
         # switch to the first session while all stream: its reply keeps growing on screen
-        await press(pilot, "ctrl+up", "ctrl+up", until=lambda: app.current_id == ids[0])
+        await press(pilot, "ctrl+up", "ctrl+up", until=lambda: app.main_screen.current_id == ids[0])
         view = app.query_one(ChatView).message_views()[-1]
         seen = len(view.shown)
         await wait_until(pilot, lambda: len(view.shown) > seen or reply_done(app, ids[0]), what="visible stream")
@@ -72,7 +72,7 @@ async def test_three_sessions_stream_at_once_and_switching_keeps_them_going(dirs
         await press(pilot, "o", "k", until=lambda: app.query_one(PromptInput).text == "ok", what="typing")
         for session_id in ids:
             await wait_until(pilot, lambda: reply_done(app, session_id), what=f"reply of session {session_id}")
-            reply = app.sessions[session_id].messages[-1]
+            reply = app.main_screen.sessions[session_id].messages[-1]
             assert reply.finish_reason == "length" and reply.stats.num_generated_tokens == 450
         assert not any(app.query_one(Sidebar).item(i).generating for i in ids)
 
@@ -83,7 +83,7 @@ async def test_stop_aborts_in_the_engine_then_continue_extends_the_reply(dirs, l
         await open_with_model(pilot, app)
         set_session(app, max_tokens=450)
         await send(pilot, "tell me everything")
-        session = app.current
+        session = app.main_screen.current
         await wait_until(pilot, lambda: len(session.messages) == 2 and len(session.messages[-1].content) > 5,
                          what="streaming started")
         await press(pilot, "escape", until=lambda: reply_done(app), what="stopped")
@@ -110,7 +110,7 @@ async def test_copy_a_reply_and_its_code_then_edit_a_user_message_and_resend(dir
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app))
         await send(pilot, "two")
-        await wait_until(pilot, lambda: reply_done(app) and len(app.current.messages) == 4)
+        await wait_until(pilot, lambda: reply_done(app) and len(app.main_screen.current.messages) == 4)
         chat = app.query_one(ChatView)
         await wait_until(pilot, lambda: len(chat.message_views()) == 4, what="4 messages shown")
         first_user = chat.message_views()[0]
@@ -127,13 +127,13 @@ async def test_copy_a_reply_and_its_code_then_edit_a_user_message_and_resend(dir
         await wait_until(pilot, lambda: app.focused is first_user, what="message focused")
         await pilot.press("e")
         prompt = app.query_one(PromptInput)
-        assert prompt.text == "hello" and app.editing is first_user.message
+        assert prompt.text == "hello" and app.main_screen.editing is first_user.message
         prompt.load_text("one")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: reply_done(app) and app.current.messages[0].content == "one")
-        assert [m.role for m in app.current.messages] == ["user", "assistant"]
-        assert [m.content for m in app.db.load_messages(app.current_id)][0] == "one"
-        assert len(app.db.load_messages(app.current_id)) == 2
+        await wait_until(pilot, lambda: reply_done(app) and app.main_screen.current.messages[0].content == "one")
+        assert [m.role for m in app.main_screen.current.messages] == ["user", "assistant"]
+        assert [m.content for m in app.db.load_messages(app.main_screen.current_id)][0] == "one"
+        assert len(app.db.load_messages(app.main_screen.current_id)) == 2
 
 
 async def test_sending_without_a_model_explains_what_to_do(dirs):
@@ -141,7 +141,7 @@ async def test_sending_without_a_model_explains_what_to_do(dirs):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("h", "i", "enter")
         await wait_until(pilot, lambda: any("Choose a model first" in n for n in notices(app)), what="notice")
-        assert app.current.messages == []
+        assert app.main_screen.current.messages == []
 
 
 async def test_deleting_a_generating_session_aborts_its_request(dirs, long_model):
@@ -150,12 +150,12 @@ async def test_deleting_a_generating_session_aborts_its_request(dirs, long_model
         await open_with_model(pilot, app)
         set_session(app, max_tokens=450)
         await send(pilot, "long answer please")
-        doomed = app.current_id
+        doomed = app.main_screen.current_id
         engine = next(iter(app.engines.loaded.values())).engine
         await wait_until(pilot, lambda: engine.metrics().num_running == 1, what="running")
         await press(pilot, "f8", until=lambda: type(app.screen).__name__ == "Confirm", what="confirm dialog")
-        await press(pilot, "y", until=lambda: app.current_id not in (None, doomed),
+        await press(pilot, "y", until=lambda: app.main_screen.current_id not in (None, doomed),
                     what="deleted, a fresh session opened")
-        await wait_until(pilot, lambda: engine.metrics().num_running == 0 and not app.replies, what="aborted")
-        assert [s.id for s in app.db.load_sessions()] == [app.current_id] and app.current_id != doomed
+        await wait_until(pilot, lambda: engine.metrics().num_running == 0 and not app.main_screen.replies, what="aborted")
+        assert [s.id for s in app.db.load_sessions()] == [app.main_screen.current_id] and app.main_screen.current_id != doomed
         assert app.db.conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (doomed,)).fetchone()[0] == 0

@@ -11,6 +11,7 @@ from llmchat.tui.app import LlmChatApp
 from llmchat.tui.app_main import prepare_model
 from llmchat.tui.cli import main as cli_main
 from llmchat.tui.commands import ACTIONS
+from llmchat.tui.screens.main_screen import MainScreen
 from llmchat.tui.widgets.message_view import MessageView, code_blocks
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "store"))
@@ -48,13 +49,14 @@ def test_model_flag_accepts_a_folder_and_imports_a_gguf_file(dirs, chat_model, t
 
 def test_every_palette_action_exists_and_every_binding_has_an_id():
     for title, _, action in ACTIONS:
-        assert hasattr(LlmChatApp, f"action_{action}"), title
-    bindings = [b for b in LlmChatApp.BINDINGS + MessageView.BINDINGS if isinstance(b, Binding)]
+        assert hasattr(LlmChatApp, f"action_{action}") or hasattr(MainScreen, f"action_{action}"), title
+    keys = LlmChatApp.BINDINGS + MainScreen.BINDINGS
+    bindings = [b for b in keys + MessageView.BINDINGS if isinstance(b, Binding)]
     assert all(b.id for b in bindings)
     assert len({b.id for b in bindings}) == len(bindings)
-    # every footer action of the app can also be found in the palette
+    # every footer action of the app and the chat screen can also be found in the palette
     palette = {action for _, _, action in ACTIONS}
-    assert {b.action for b in LlmChatApp.BINDINGS} <= palette
+    assert {b.action for b in keys} <= palette
 
 
 def test_code_blocks_are_found_even_when_a_reply_is_cut_off():

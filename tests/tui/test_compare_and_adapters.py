@@ -63,7 +63,7 @@ async def test_attach_an_adapter_from_the_models_screen(dirs, chat_model, adapte
         await open_with_model(pilot, app)
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app))
-        base_reply = app.current.messages[-1].content
+        base_reply = app.main_screen.current.messages[-1].content
         await pilot.press("f4")
         screen = app.screen
         assert isinstance(screen, ModelsScreen)
@@ -72,15 +72,15 @@ async def test_attach_an_adapter_from_the_models_screen(dirs, chat_model, adapte
         await wait_until(pilot, lambda: table.row_count == 1, what="adapter listed")
         table.focus()
         await pilot.press("enter")
-        assert app.current.settings.adapter == adapter
+        assert app.main_screen.current.settings.adapter == adapter
         await pilot.press("escape")
         await pilot.press("ctrl+n")
-        await wait_until(pilot, lambda: len(app.sessions) == 2)
-        app.current.settings.adapter = adapter
+        await wait_until(pilot, lambda: len(app.main_screen.sessions) == 2)
+        app.main_screen.current.settings.adapter = adapter
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app))
-        assert app.current.messages[-1].adapter == adapter
-        assert app.current.messages[-1].content != base_reply
+        assert app.main_screen.current.messages[-1].adapter == adapter
+        assert app.main_screen.current.messages[-1].content != base_reply
         assert adapter in app.engines.loaded[str(chat_model)].adapters
 
 

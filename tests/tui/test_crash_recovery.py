@@ -53,10 +53,10 @@ async def test_sigkill_mid_reply_keeps_the_reply_and_continue_resumes_it(tmp_pat
         monkeypatch.setenv(key, value)
     app = LlmChatApp(show_welcome=False)
     async with app.run_test(size=(140, 40)) as pilot:
-        session = next(s for s in app.sessions.values() if len(s.messages) == 2)
+        session = next(s for s in app.main_screen.sessions.values() if len(s.messages) == 2)
         reply = session.messages[-1]
         assert reply.content == kept and reply.finish_reason == "interrupted" and reply.cut_off
-        await app.switch_to(session.id)
+        await app.main_screen.switch_to(session.id)
         session.settings.max_tokens = 5
         await press(pilot, "ctrl+o", until=lambda: reply_done(app, session.id) and reply.finish_reason == "length",
                     what="continued")

@@ -14,7 +14,7 @@ SIZE = (140, 40)
 async def test_settings_refuse_an_adapter_that_does_not_exist(dirs, chat_model):
     app = LlmChatApp(model=str(chat_model), show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.current is not None, what="the session")
+        await wait_until(pilot, lambda: app.main_screen.current is not None, what="the session")
         await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen), what="settings")
         screen = app.screen
         await wait_until(pilot, lambda: screen.query("#adapter"), what="the form")
@@ -22,7 +22,7 @@ async def test_settings_refuse_an_adapter_that_does_not_exist(dirs, chat_model):
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: "no adapter 'no-such-adapter'" in str(screen.query_one("#settings-error")
                                                                                  .render()), what="error")
-        assert app.screen is screen and app.current.settings.adapter is None
+        assert app.screen is screen and app.main_screen.current.settings.adapter is None
 
 
 async def test_a_send_that_fails_leaves_the_chat_as_it_was(dirs, chat_model):
@@ -30,9 +30,9 @@ async def test_a_send_that_fails_leaves_the_chat_as_it_was(dirs, chat_model):
     async with app.run_test(size=SIZE) as pilot:
         await open_with_model(pilot, app)
         set_session(app, adapter="gone-adapter")          # e.g. deleted since it was chosen
-        session = app.current
+        session = app.main_screen.current
         await send(pilot, "hello")
-        await wait_until(pilot, lambda: session.id not in app.replies and
+        await wait_until(pilot, lambda: session.id not in app.main_screen.replies and
                          any("Generation failed" == n.title for n in app._notifications), what="failure")
         assert session.messages == [] and app.db.load_messages(session.id) == []
         prompt = app.query_one(PromptInput)
@@ -52,7 +52,7 @@ async def test_welcome_import_focuses_the_path_and_the_first_model_is_used(dirs,
         await press(pilot, "i", until=lambda: isinstance(app.screen, ModelsScreen) and app.focused is not None
                     and app.focused.id == "import-path", what="import tab with the path field focused")
         await pilot.press(*str(chat_model), "enter")        # the first keys land in the path field
-        await wait_until(pilot, lambda: app.current.settings.model == chat_model.name, what="model adopted")
+        await wait_until(pilot, lambda: app.main_screen.current.settings.model == chat_model.name, what="model adopted")
         assert any(f"{chat_model.name} is this session's model" in n for n in notices(app))
         await press(pilot, "escape", until=lambda: not isinstance(app.screen, ModelsScreen), what="back")
         await send(pilot, "hello")                          # no "Choose a model first"
@@ -65,12 +65,12 @@ async def test_f4_and_f3_focus_their_first_field(dirs, chat_model):
     name = ModelStore().import_path(chat_model).name
     app = LlmChatApp(show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.current is not None, what="session")
+        await wait_until(pilot, lambda: app.main_screen.current is not None, what="session")
         await press(pilot, "f4", until=lambda: isinstance(app.screen, ModelsScreen) and
                     app.screen.query("#library-table"), what="models")
         table = app.screen.query_one("#library-table")
         await wait_until(pilot, lambda: app.focused is table and table.row_count == 1, what="library focused")
-        await press(pilot, "enter", until=lambda: app.current.settings.model == name, what="Enter uses the model")
+        await press(pilot, "enter", until=lambda: app.main_screen.current.settings.model == name, what="Enter uses the model")
         await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen), what="settings")
         await wait_until(pilot, lambda: app.focused is not None and app.focused.id == "model", what="model field")
 
@@ -81,7 +81,7 @@ async def test_a_streaming_reply_shows_its_own_rate(dirs, long_model):
         await open_with_model(pilot, app)
         set_session(app, max_tokens=450)
         await send(pilot, "go")
-        reply = app.current.messages[-1]
+        reply = app.main_screen.current.messages[-1]
         # measured while it streams, from its own tokens (450 tokens take well over the 20 ms poll)
         await wait_until(pilot, lambda: reply.finish_reason is None and reply.stats is not None and
                          reply.stats.num_generated_tokens >= 5 and bool(reply.stats.tokens_per_s), what="live rate")
@@ -94,8 +94,8 @@ async def test_import_takes_a_name_and_a_second_import_says_it_is_there(dirs, ch
     from llmchat.tui.screens.models_screen import ModelsScreen
     app = LlmChatApp(show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.current is not None, what="session")
-        app.action_models("import")
+        await wait_until(pilot, lambda: app.main_screen.current is not None, what="session")
+        app.main_screen.action_models("import")
         await wait_until(pilot, lambda: isinstance(app.screen, ModelsScreen) and app.focused is not None
                          and app.focused.id == "import-path", what="import tab")
         screen = app.screen

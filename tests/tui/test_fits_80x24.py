@@ -45,7 +45,7 @@ async def test_dialogs_fit(dirs, chat_model, key, name):
     ModelStore().import_path(chat_model)
     app = LlmChatApp(model=str(chat_model), show_welcome=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.current is not None, what="session")
+        await wait_until(pilot, lambda: app.main_screen.current is not None, what="session")
         screen = await open_screen(pilot, app, key, name)
         assert hidden_fields(screen) == []
 

@@ -53,14 +53,14 @@ async def test_remote_session_streams_regenerates_stops_and_continues(dirs, chat
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app), what="remote reply")
-        session = app.current
+        session = app.main_screen.current
         first = session.messages[-1]
         assert first.finish_reason in ("stop", "length") and first.content == local   # the same model, greedy
         assert first.stats.num_prompt_tokens > 0 and first.stats.ttft is not None
         assert first.stats.server_tokens_per_s and "server" in first.stats.line()
         assert first.model == "remote:lab/tiny" and not app.engines.loaded       # nothing loaded locally
         await app.engines.remote.refresh_health()
-        app.poll_metrics()
+        app.main_screen.poll_metrics()
         assert "lab/tiny · up" in panel_text(app)
 
         await pilot.press("ctrl+r")
@@ -88,7 +88,7 @@ async def test_models_screen_and_settings_list_remote_models(dirs, chat_model, l
     with_endpoints(dirs, lab=lab.base_url)
     app = LlmChatApp(show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.remote_names == ["remote:lab/tiny", "remote:lab/long"],
+        await wait_until(pilot, lambda: app.main_screen.remote_names == ["remote:lab/tiny", "remote:lab/long"],
                          what="remote models asked")
         await pilot.press("f4")
         screen = app.screen
@@ -100,7 +100,7 @@ async def test_models_screen_and_settings_list_remote_models(dirs, chat_model, l
         table.focus()
         table.move_cursor(row=0)
         await press(pilot, "enter", until=lambda: not isinstance(app.screen, ModelsScreen), what="model chosen")
-        assert app.current.settings.model == "remote:lab/tiny"
+        assert app.main_screen.current.settings.model == "remote:lab/tiny"
         await pilot.press("f3")
         await wait_until(pilot, lambda: isinstance(app.screen, SessionSettingsScreen), what="settings")
         assert "remote:lab/tiny" in str(app.screen.query_one("#remote-models", Label).render())
@@ -111,23 +111,23 @@ async def test_endpoint_down_at_start_fails_only_its_session(dirs, chat_model, c
     app = LlmChatApp(model=str(chat_model), show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: any("cannot reach gone" in n for n in notices(app)), what="start notice")
-        local_id = app.current_id
-        await press(pilot, "ctrl+n", until=lambda: app.current_id != local_id, what="new session")
+        local_id = app.main_screen.current_id
+        await press(pilot, "ctrl+n", until=lambda: app.main_screen.current_id != local_id, what="new session")
         set_session(app, model="remote:gone/tiny")
         await send(pilot, "are you there?")
-        await wait_until(pilot, lambda: app.current.id not in app.replies and
+        await wait_until(pilot, lambda: app.main_screen.current.id not in app.main_screen.replies and
                          any("Generation failed" == n.title for n in app._notifications), what="failure")
-        remote = app.current
+        remote = app.main_screen.current
         assert remote.messages == [] and app.db.load_messages(remote.id) == []  # the chat is as it was
         assert app.query_one(PromptInput).text == "are you there?"              # and the message back in the input
         app.query_one(PromptInput).clear()
         await app.engines.remote.refresh_health()
-        app.poll_metrics()
+        app.main_screen.poll_metrics()
         assert "gone/tiny · down" in panel_text(app)
-        await app.switch_to(local_id)                                           # the local session works
+        await app.main_screen.switch_to(local_id)                                           # the local session works
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app, local_id), what="local reply")
-        assert app.sessions[local_id].messages[-1].content
+        assert app.main_screen.sessions[local_id].messages[-1].content
 
 
 async def test_server_killed_mid_reply_keeps_the_partial_reply(dirs, long_model):
@@ -138,11 +138,11 @@ async def test_server_killed_mid_reply_keeps_the_partial_reply(dirs, long_model)
         async with app.run_test(size=SIZE) as pilot:
             set_session(app, max_tokens=3000)
             await send(pilot, "tell me everything")
-            session = app.current
+            session = app.main_screen.current
             await wait_until(pilot, lambda: len(session.messages) == 2 and len(session.messages[-1].content) > 5,
                              what="streaming")
             proc.send_signal(signal.SIGKILL)
-            await wait_until(pilot, lambda: session.id not in app.replies, what="reply ended")
+            await wait_until(pilot, lambda: session.id not in app.main_screen.replies, what="reply ended")
             reply = session.messages[-1]
             assert reply.role == "assistant" and reply.finish_reason == "error" and len(reply.content) > 5
             assert "broke mid-reply" in reply.error or "ended the reply" in reply.error    # shown under the reply

@@ -13,17 +13,27 @@ from llmchat.tui.widgets.chat_view import ChatView
 from llmchat.tui.widgets.engine_panel import HISTORY, EnginePanel
 
 # Every screen at a roomy terminal and at the smallest common one (every field must show at 80x24).
-SIZES = pytest.mark.parametrize("size", [(140, 40), (80, 24)], ids=["140x40", "80x24"])
+SIZES = pytest.mark.parametrize("size", [(160, 48), (80, 24)], ids=["160x48", "80x24"])
 
 
-async def freeze_live_figures(app) -> None:
+def stop_blinking(widget) -> None:
+    """A blinking cursor is a timing too. A TextArea keeps the lines it drew in a blink-off phase under the
+    key a cursor that does not blink has: drop them (notify_style_update clears that cache)."""
+    widget.cursor_blink = False
+    widget.notify_style_update()
+
+
+async def freeze_live_figures(pilot, app) -> None:
     """Stop the metrics timer, show fixed figures where real timings would be, and rebuild the chat from
     the saved text (a streamed Markdown body can differ in how its fragments arrived)."""
-    app.metrics_timer.pause()
+    # the snapshot's autopilot starts with the app, before the chat screen has opened its sessions
+    await wait_until(pilot, lambda: app.main_screen.metrics_timer is not None and app.main_screen.current,
+                     what="chat screen open")
+    app.main_screen.metrics_timer.pause()
     app.clear_notifications()
     for widget in app.query("PromptInput"):
-        widget.cursor_blink = False     # a blinking cursor is a timing too
-    for session in app.sessions.values():
+        stop_blinking(widget)
+    for session in app.main_screen.sessions.values():
         for message in session.messages:
             if message.stats:
                 message.stats = ReplyStats(ttft=0.05, tokens_per_s=100.0,
@@ -53,7 +63,7 @@ def test_main_screen_with_a_reply(dirs, chat_model, snap_compare, size):
         await wait_until(pilot, lambda: reply_done(app))
         await send(pilot, "Write code")
         await wait_until(pilot, lambda: reply_done(app))
-        await freeze_live_figures(app)
+        await freeze_live_figures(pilot, app)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
@@ -66,10 +76,10 @@ def test_session_settings_screen(dirs, chat_model, snap_compare, size):
 
     async def run_before(pilot):
         await model_ready(pilot, app)
-        await freeze_live_figures(app)
+        await freeze_live_figures(pilot, app)
         await pilot.press("f3")
         for widget in app.screen.query("Input, TextArea"):
-            widget.cursor_blink = False
+            stop_blinking(widget)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
@@ -81,7 +91,7 @@ def test_first_run_welcome_screen(dirs, snap_compare, size):
 
     async def run_before(pilot):
         await wait_until(pilot, lambda: type(app.screen).__name__ == "WelcomeScreen")
-        await freeze_live_figures(app)
+        await freeze_live_figures(pilot, app)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
@@ -93,7 +103,7 @@ def test_models_screen_library(dirs, chat_model, snap_compare, size):
     app = LlmChatApp(show_welcome=False)
 
     async def run_before(pilot):
-        await freeze_live_figures(app)
+        await freeze_live_figures(pilot, app)
         await pilot.press("f4")
         await wait_until(pilot, lambda: app.screen.query_one("#library-table").row_count == 1)
         # the row lands before the columns are resized to it: let that layout pass run first
@@ -110,13 +120,13 @@ def test_compare_screen(dirs, chat_model, snap_compare, size):
     app = LlmChatApp(show_welcome=False)
 
     async def run_before(pilot):
-        await freeze_live_figures(app)
+        await freeze_live_figures(pilot, app)
         await pilot.press("f6")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "CompareScreen" and
                          app.screen.query("#compare-max-tokens") and app.focused is not None and
                          app.focused.id == "compare-prompt")
         for widget in app.screen.query("Input, TextArea"):
-            widget.cursor_blink = False
+            stop_blinking(widget)
         await pilot.wait_for_scheduled_animations()
         await pilot.pause(0.2)
         await pilot.pause()
@@ -131,7 +141,7 @@ def test_help_screen(dirs, snap_compare, size, monkeypatch):
     app = LlmChatApp(show_welcome=False)
 
     async def run_before(pilot):
-        await freeze_live_figures(app)
+        await freeze_live_figures(pilot, app)
         await pilot.press("f1")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "HelpScreen" and app.screen.query("Markdown")
                          and app.screen.query_one("Markdown").source)

@@ -20,7 +20,8 @@ def help_markdown(app, screen=None) -> str:
         lines += [f"## Keys here ({type(screen).__name__.removesuffix('Screen')})", "", "| key | action |",
                   "|---|---|", *key_rows(screen.BINDINGS), "| `f1` | this help |", ""]
         return "\n".join(lines + screens_and_data())
-    lines += ["| key | action |", "|---|---|", *key_rows(app.BINDINGS)]
+    chat = app.screen_stack[0]
+    lines += ["| key | action |", "|---|---|", *key_rows([*chat.BINDINGS, *app.BINDINGS])]
     lines += [
         "| `enter` | send (in the input) |", "| `ctrl+j` | new line in the input |",
         "| `up` / `down` | input history |",

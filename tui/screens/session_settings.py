@@ -10,6 +10,8 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Label, TextArea
 
+from llmchat.engine.remote import is_remote
+
 from ..chat_state import SessionSettings
 
 # field, label, type
@@ -41,7 +43,7 @@ def check_adapter(adapter: str | None, model: str, library: list[str]) -> None:
     """An adapter is a library name or a folder holding adapter_config.json; remote models have none."""
     if not adapter:
         return
-    if model.startswith("remote:"):
+    if is_remote(model):
         raise ValueError("a remote model takes no adapter here: its server lists adapters as models of their own")
     if adapter in library or (Path(adapter).expanduser() / "adapter_config.json").is_file():
         return
@@ -64,7 +66,7 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
             yield Label("Model (library name or folder / .gguf path)")
             yield Input(s.model, id="model", compact=True,
                         suggester=SuggestFromList(self.models, case_sensitive=False))
-            remote = [m for m in self.models if m.startswith("remote:")]
+            remote = [m for m in self.models if is_remote(m)]
             if remote:   # a remote model is written as listed: remote:ENDPOINT/ID
                 yield Label("Remote: " + ", ".join(remote), id="remote-models", classes="hint")
             yield Label("Adapter (LoRA name; empty = base model)")

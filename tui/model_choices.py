@@ -1,0 +1,38 @@
+"""What the settings and compare screens offer: the models and adapters a session can use, and a model's defaults."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmchat.engine.remote import is_remote
+
+from .engines import read_generation_defaults, resolve_model
+
+
+def library_names(data_path: Path, kind: str) -> list[str]:
+    """Names of this kind ("model" or "adapter") in the model store's library ([] while it is unavailable)."""
+    try:
+        from llmchat.engine.store import ModelStore
+        return [m.name for m in ModelStore(data_dir=data_path).list() if m.kind == kind]
+    except Exception:   # the store is optional here: never let it break the chat
+        return []
+
+
+def known_models(session_models, library: list[str], remote: list[str], default_model: str) -> list[str]:
+    """Every model name worth suggesting: sessions' models, the library, remote endpoints' models, the default."""
+    names = {m for m in session_models if m}
+    names.update(library)
+    names.update(remote)
+    if default_model:
+        names.add(default_model)
+    return sorted(names)
+
+
+def model_defaults(model: str, data_path: Path) -> dict:
+    """What an unset sampling field becomes for this model ({} for a remote one: its server decides)."""
+    if is_remote(model):
+        return {}
+    try:
+        path = resolve_model(model, data_path) if model else None
+    except (FileNotFoundError, ValueError, OSError):
+        path = None
+    return read_generation_defaults(path)

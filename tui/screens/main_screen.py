@@ -1,0 +1,355 @@
+"""The chat screen: sessions on the left, the conversation and the input, the engine panel on the right.
+
+It owns the chat keys: they are bindings of this screen, so they are inactive whenever another screen or a
+dialog is on top (no key reaches a session from under a dialog). It keeps the open sessions and the replies
+being generated; the app keeps what every screen shares (database, engines, settings).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from .. import conversation
+from ..chat_state import ChatMessage, ChatSession, SessionSettings
+from ..db import ChatDatabase
+from ..engines import EngineManager
+from ..generation import EXPECTED_ERRORS
+from ..model_choices import known_models, library_names, model_defaults
+from ..reply_streams import ReplyStreams
+from ..settings import Settings, SettingsStore
+from ..widgets.chat_view import ChatView
+from ..widgets.engine_panel import EnginePanel
+from ..widgets.message_view import MessageView
+from ..widgets.prompt_input import PromptInput
+from ..widgets.sidebar import Sidebar
+from .dialogs import Confirm, TextPrompt
+from .session_settings import SessionSettingsScreen
+from .welcome import WelcomeScreen
+
+FRAME_INTERVAL = 1 / 30      # streamed text reaches the widgets at most this often (batched per frame)
+METRICS_INTERVAL = 0.5       # engine.metrics() polling
+SAVE_INTERVAL = 1.0          # streaming replies are written to SQLite this often
+HEALTH_INTERVAL = 5.0        # remote endpoints in use are asked whether they are up
+
+
+class MainScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+n", "new_session", "New", id="session.new"),
+        Binding("f2", "rename_session", "Rename", id="session.rename"),
+        Binding("f8", "delete_session", "Delete", id="session.delete"),
+        Binding("escape", "stop", "Stop", id="chat.stop"),
+        Binding("ctrl+r", "regenerate", "Regenerate", id="chat.regenerate"),
+        Binding("ctrl+o", "continue_reply", "Continue", id="chat.continue"),
+        Binding("f3", "session_settings", "Settings", id="session.settings"),
+        Binding("f4", "models", "Models", id="app.models"),
+        # f6/f7 are TextArea keys too: priority makes them work while typing.
+        Binding("f6", "compare", "Compare", id="app.compare", priority=True),
+        Binding("f7", "export_session", "Export", id="session.export", priority=True),
+        Binding("ctrl+down", "next_session", "Next session", id="session.next", show=False),
+        Binding("ctrl+up", "previous_session", "Previous session", id="session.previous", show=False),
+    ]
+
+    def __init__(self, db: ChatDatabase, engines: EngineManager, settings: Settings, settings_store: SettingsStore,
+                 data_path: Path, startup_model: str | None = None, show_welcome: bool = True) -> None:
+        """startup_model: `llmchat --model` (opened in a session and loaded); show_welcome: the first-run
+        dialog when no model is known at all."""
+        super().__init__()
+        self.db = db
+        self.engines = engines
+        self.settings = settings
+        self.settings_store = settings_store
+        self.data_path = data_path
+        self.startup_model = startup_model
+        self.show_welcome = show_welcome
+        self.sessions: dict[int, ChatSession] = {}      # every session, by id (all loaded at start)
+        self.current_id: int | None = None              # the session shown
+        self.editing: ChatMessage | None = None          # the message being edited for a resend, if any
+        self.streams = ReplyStreams(self)                # replies being generated, one per session at most
+        self.remote_names: list[str] = []               # "remote:NAME/ID" of every endpoint, asked at start
+        self.last_export: tuple[Path, Path] | None = None   # (markdown, json) of the last export
+        self.metrics_timer = None                        # the engine panel's poll (tests pause it)
+
+    def compose(self):
+        yield Header()
+        with Horizontal(id="main"):
+            yield Sidebar(id="sidebar")
+            with Vertical(id="chat-area"):
+                yield ChatView(id="chat")
+                yield PromptInput(id="prompt")
+            yield EnginePanel(id="engine-panel")
+        yield Footer()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """Under a dialog this screen's footer stays visible: it lists its keys only while they act."""
+        return self.is_active
+
+    @property
+    def current(self) -> ChatSession | None:
+        return self.sessions.get(self.current_id) if self.current_id is not None else None
+
+    @property
+    def replies(self) -> dict[int, ChatMessage]:
+        """Session id -> the reply being generated for it."""
+        return self.streams.replies
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    async def on_mount(self) -> None:
+        sidebar = self.query_one(Sidebar)
+        for session in self.db.load_sessions():
+            self.sessions[session.id] = session
+            await sidebar.add(session)
+        if self.startup_model:
+            await self.open_with_model(self.startup_model)
+        elif not self.sessions:
+            await self.create_session(self.settings.default_model)
+        else:
+            await self.switch_to(max(self.sessions))
+        self.set_interval(FRAME_INTERVAL, self.frame_tick)
+        self.set_interval(SAVE_INTERVAL, self.streams.save_streaming)
+        self.metrics_timer = self.set_interval(METRICS_INTERVAL, self.poll_metrics)
+        if self.engines.remote.endpoints:
+            self.run_worker(self.ask_remote_models(), group="remote", exit_on_error=False)
+            self.set_interval(HEALTH_INTERVAL, self.check_remote_health)
+        self.prompt.focus()
+        if self.show_welcome and not self.has_any_model():
+            self.call_after_refresh(self.action_welcome)
+
+    @property
+    def closing(self) -> bool:
+        """The app is shutting down: late timers and events find no widgets to update."""
+        return not self.app.screen_stack
+
+    # ---- sessions ---------------------------------------------------------------------------------
+    def has_any_model(self) -> bool:
+        return bool(self.startup_model or self.settings.default_model or self.library_names("model")
+                    or any(s.settings.model for s in self.sessions.values()))
+
+    async def open_with_model(self, model: str) -> None:
+        """`llmchat --model PATH`: a fresh session on that model (reusing an empty last one), loaded now."""
+        latest = self.sessions.get(max(self.sessions)) if self.sessions else None
+        if latest is not None and not latest.messages:
+            latest.settings.model = model
+            self.db.save_settings(latest.id, latest.settings)
+            await self.switch_to(latest.id)
+        else:
+            await self.create_session(model)
+        self.load_model(model)
+
+    async def create_session(self, model: str = "", title: str | None = None) -> ChatSession:
+        settings = SessionSettings(model=model, system_prompt=self.settings.system_prompt)
+        session = self.db.create_session(title or f"New chat {len(self.sessions) + 1}", settings)
+        self.sessions[session.id] = session
+        await self.query_one(Sidebar).add(session)
+        await self.switch_to(session.id)
+        return session
+
+    async def switch_to(self, session_id: int) -> None:
+        if self.closing or session_id not in self.sessions:
+            return      # shutting down, or a late event for a deleted session
+        if session_id == self.current_id and self.query_one(ChatView).session is self.sessions[session_id]:
+            return
+        self.current_id = session_id
+        self.editing = None
+        self.query_one(Sidebar).select(session_id)
+        await self.query_one(ChatView).show(self.sessions[session_id])
+        self.app.sub_title = self.sessions[session_id].title
+
+    async def on_sidebar_selected(self, event: Sidebar.Selected) -> None:
+        await self.switch_to(event.session_id)
+
+    def refresh_session_item(self, session_id: int) -> None:
+        item = self.query_one(Sidebar).item(session_id)
+        if item is not None:
+            item.refresh_labels(session_id in self.replies)
+
+    def rename(self, session: ChatSession, title: str) -> None:
+        session.title = title
+        self.db.rename_session(session.id, title)
+        self.app.sub_title = title
+        self.refresh_session_item(session.id)
+
+    async def action_new_session(self) -> None:
+        model = self.current.settings.model if self.current else self.settings.default_model
+        await self.create_session(model)
+        self.prompt.focus()
+
+    def action_rename_session(self) -> None:
+        session = self.current
+        if session is not None:
+            self.app.push_screen(TextPrompt("Rename session", session.title),
+                                 lambda title: self.rename(session, title) if title else None)
+
+    def action_delete_session(self) -> None:
+        session = self.current
+        if session is not None:
+            self.app.push_screen(Confirm(f"Delete “{session.title}”?"),
+                                 lambda yes: self.delete_session(session) if yes else None)
+
+    async def delete_session(self, session: ChatSession) -> None:
+        del self.sessions[session.id]
+        self.current_id = None
+        self.streams.cancel(session.id)      # the stream closes, which aborts the request in the engine
+        self.db.delete_session(session.id)
+        await self.query_one(Sidebar).remove_session(session.id)
+        if self.sessions:
+            await self.switch_to(max(self.sessions))
+        else:
+            await self.create_session(session.settings.model)
+
+    async def _step_session(self, step: int) -> None:
+        ids = sorted(self.sessions)
+        if ids and self.current_id in ids:
+            await self.switch_to(ids[(ids.index(self.current_id) + step) % len(ids)])
+
+    async def action_next_session(self) -> None:
+        await self._step_session(1)
+
+    async def action_previous_session(self) -> None:
+        await self._step_session(-1)
+
+    # ---- the conversation (conversation.py) ------------------------------------------------------
+    async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
+        await conversation.send(self, event.text)
+
+    async def action_stop(self) -> None:
+        conversation.stop(self)
+
+    async def action_regenerate(self) -> None:
+        conversation.regenerate(self)
+
+    async def action_continue_reply(self) -> None:
+        conversation.continue_reply(self)
+
+    def on_message_view_edit_requested(self, event: MessageView.EditRequested) -> None:
+        conversation.begin_edit(self, event.message)
+
+    def action_edit_last(self) -> None:
+        conversation.edit_last(self)
+
+    def action_focus_input(self) -> None:
+        self.prompt.focus()
+
+    def action_copy_last_reply(self) -> None:
+        conversation.copy_last_reply(self)
+
+    def action_copy_last_code(self) -> None:
+        conversation.copy_last_code(self)
+
+    def action_export_session(self) -> None:
+        conversation.export_current(self)
+
+    # ---- models and the screens on top --------------------------------------------------------------
+    def library_names(self, kind: str) -> list[str]:
+        return library_names(self.data_path, kind)
+
+    def known_models(self) -> list[str]:
+        return known_models((s.settings.model for s in self.sessions.values()), self.library_names("model"),
+                            self.remote_names, self.settings.default_model)
+
+    def action_session_settings(self) -> None:
+        session = self.current
+        if session is None:
+            return
+        screen = SessionSettingsScreen(session.settings, self.known_models(), self.library_names("adapter"),
+                                       model_defaults(session.settings.model, self.data_path))
+        self.app.push_screen(screen, lambda result: self.apply_session_settings(session, result))
+
+    def apply_session_settings(self, session: ChatSession, result: SessionSettings | None) -> None:
+        if result is None:
+            return
+        model_changed = result.model != session.settings.model
+        session.settings = result
+        self.db.save_settings(session.id, result)
+        self.refresh_session_item(session.id)
+        if model_changed and result.model and not self.engines.is_loaded(result.model):
+            self.load_model(result.model)
+        self.notify("Session settings saved", timeout=3)
+
+    def use_model(self, model: str) -> None:
+        """From the Models screen: the current session uses this model (loaded now); it becomes the default."""
+        session = self.current
+        if session is not None and session.id not in self.replies:
+            session.settings.model = model
+            self.db.save_settings(session.id, session.settings)
+            self.refresh_session_item(session.id)
+        if not self.settings.default_model:
+            self.settings.default_model = model
+            try:
+                self.settings_store.save(self.settings)
+            except (ValueError, OSError) as exc:
+                self.notify(str(exc), severity="warning")
+        self.load_model(model)
+
+    def attach_adapter(self, adapter: str | None) -> None:
+        session = self.current
+        if session is not None:
+            session.settings.adapter = adapter
+            self.db.save_settings(session.id, session.settings)
+            self.refresh_session_item(session.id)
+            self.notify(f"Adapter {adapter} attached to this session" if adapter else "Adapter detached")
+
+    def load_model(self, model: str) -> None:
+        """Load in the background; the engine panel shows it loading, a notice when done or failed."""
+        async def load() -> None:
+            started = time.monotonic()
+            self.notify(f"Loading {Path(model).name}…", timeout=3)
+            self.call_later(self.poll_metrics)     # show the loading bar now, not at the next poll
+            try:
+                await self.engines.get(model)
+            except EXPECTED_ERRORS as exc:
+                self.notify(str(exc), title="Model not loaded", severity="error", timeout=15)
+                return
+            self.notify(f"{Path(model).name} loaded in {time.monotonic() - started:.1f} s", timeout=4)
+            self.poll_metrics()
+        self.run_worker(load(), group="load-model", exit_on_error=False)
+
+    def action_models(self, tab: str = "library") -> None:
+        from .models_screen import ModelsScreen
+        self.app.push_screen(ModelsScreen(initial_tab=tab))
+
+    def action_compare(self) -> None:
+        from .compare_screen import CompareScreen
+        self.app.push_screen(CompareScreen(self.known_models(), self.library_names("adapter")))
+
+    def action_welcome(self) -> None:
+        def chosen(choice: str | None) -> None:
+            if choice == "models":
+                self.action_models("search")
+            elif choice == "import":
+                self.action_models("import")
+        self.app.push_screen(WelcomeScreen(), chosen)
+
+    # ---- timers -----------------------------------------------------------------------------------
+    @property
+    def updating(self) -> bool:
+        """Widgets take new text and figures. Not once the app is exiting: this screen's timers tick until it
+        is taken down, and a Markdown block mounted then would be cancelled half-way."""
+        return self.app.is_running and not self.closing
+
+    async def frame_tick(self) -> None:
+        if self.updating:
+            for view in self.query(ChatView):
+                await view.sync()
+
+    def poll_metrics(self) -> None:
+        loading = [(Path(k).name, self.engines.load_fraction.get(k)) for k in self.engines.loading]
+        if self.updating:
+            for panel in self.query(EnginePanel):
+                panel.show(self.engines.metrics(), loading)
+
+    async def ask_remote_models(self) -> None:
+        self.remote_names, problems = await self.engines.remote.model_names()
+        for problem in problems:
+            self.notify(problem, title="Remote endpoint", severity="warning", timeout=10)
+
+    def check_remote_health(self) -> None:
+        if self.engines.remote.models:
+            self.run_worker(self.engines.remote.refresh_health(), group="health", exclusive=True, exit_on_error=False)
