@@ -26,6 +26,32 @@ class Continuation:
     partial: str
 
 
+@dataclass(frozen=True)
+class TemplatedChat:
+    """Chat messages (or a Continuation) rendered with a chosen template and/or template switches: a session's
+    known template for a model without one, or a switch such as enable_thinking. None = the model's own."""
+    chat: object
+    chat_template: str | None = None
+    template_kwargs: dict | None = None
+
+
+def render_chat(tokenizer, prompt) -> str:
+    """Messages, a Continuation or a TemplatedChat of them -> the prompt text the chat template gives."""
+    template, kwargs = None, {}
+    if isinstance(prompt, TemplatedChat):
+        template, kwargs, prompt = prompt.chat_template, dict(prompt.template_kwargs or {}), prompt.chat
+    messages = list(prompt.messages if isinstance(prompt, Continuation) else prompt)
+    validate_messages(messages)
+    if template is None and getattr(tokenizer, "chat_template", None) is None:
+        from .chat_templates import NoChatTemplateError, suggested_template
+        raise NoChatTemplateError(suggested_template(tokenizer))
+    rendered = tokenizer.apply_chat_template(messages, chat_template=template, add_generation_prompt=True,
+                                             tokenize=False, **kwargs)
+    if isinstance(prompt, Continuation):
+        rendered += prompt.partial
+    return rendered
+
+
 def prompt_to_token_ids(tokenizer, prompt, vocab_size: int) -> list[int]:
     """str -> tokenized as is; list of messages -> chat template + generation prompt; list[int] -> checked."""
     if isinstance(prompt, str):
@@ -37,15 +63,8 @@ def prompt_to_token_ids(tokenizer, prompt, vocab_size: int) -> list[int]:
         bad = [t for t in ids if not 0 <= t < vocab_size]
         if bad:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})")
-    elif isinstance(prompt, (list, tuple, Continuation)):
-        messages = list(prompt.messages if isinstance(prompt, Continuation) else prompt)
-        validate_messages(messages)
-        if getattr(tokenizer, "chat_template", None) is None:
-            from .chat_templates import NoChatTemplateError, suggested_template
-            raise NoChatTemplateError(suggested_template(tokenizer))
-        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        if isinstance(prompt, Continuation):
-            rendered += prompt.partial
+    elif isinstance(prompt, (list, tuple, Continuation, TemplatedChat)):
+        rendered = render_chat(tokenizer, prompt)
         # The template already holds BOS and other specials: do not add them a second time.
         ids = list(tokenizer(rendered, add_special_tokens=False).input_ids)
     else:

@@ -16,6 +16,8 @@ class SessionSettings:
     min_p: float | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    chat_template: str = ""        # "" = the model's own; a known template's name (engine/chat_templates); "raw"
+    thinking: bool | None = None   # a template's enable_thinking switch; None = the template's default
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -6,6 +6,9 @@ import time
 import uuid
 from contextlib import aclosing
 
+from llmchat.engine.remote import is_remote
+
+from .chat_prompt import reply_prompt
 from .chat_state import ChatMessage, ChatSession, ReplyStats
 from .engines import EngineManager
 
@@ -40,22 +43,13 @@ def stats_from(metrics, started: float, first_token_at: float | None, generated:
     return ReplyStats(ttft=ttft, num_generated_tokens=generated)
 
 
-def continuation_prompt(session: ChatSession, reply: ChatMessage):
-    """The chat up to the reply, then the reply so far: the model picks up where it stopped."""
-    from llmchat.engine.chat import Continuation
-    return Continuation(session.chat_messages(upto=session.messages.index(reply)), reply.content)
-
-
 async def stream_reply(engines: EngineManager, session: ChatSession, reply: ChatMessage, continuing: bool,
                        on_request=lambda engine, request_id: None) -> None:
     """Fill `reply` as deltas arrive; sets finish_reason ("abort" when cancelled) and stats."""
     model = await engines.get(session.settings.model)
     await engines.ensure_adapter(model, session.settings.adapter)
     params = sampling_params(session)
-    if continuing:
-        prompt = continuation_prompt(session, reply)
-    else:
-        prompt = session.chat_messages(upto=session.messages.index(reply))
+    prompt = reply_prompt(session, reply, continuing, remote=is_remote(session.settings.model))
     request_id = f"session{session.id}-{uuid.uuid4().hex[:8]}"
     started, first_token_at, generated, last_metrics = time.monotonic(), None, 0, None
     model.active_requests += 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmchat.engine.chat_templates import NoChatTemplateError
+
 from .chat_state import ChatMessage, ChatSession
 from .generation import EXPECTED_ERRORS, stream_reply
 
@@ -42,6 +44,10 @@ class ReplyStreams:
         try:
             await stream_reply(screen.engines, session, reply, continuing,
                                on_request=lambda engine, rid: self.requests.__setitem__(session.id, (engine, rid)))
+        except NoChatTemplateError as exc:     # a base model: ask how to send (the message goes back to the input)
+            reply.finish_reason, reply.error = "error", str(exc)
+            if not screen.closing:
+                screen.offer_chat_template(session, exc.suggested)
         except EXPECTED_ERRORS as exc:
             reply.finish_reason, reply.error = "error", str(exc)
             screen.notify(str(exc), title="Generation failed", severity="error", timeout=10)

@@ -27,6 +27,8 @@ from ..widgets.engine_panel import EnginePanel
 from ..widgets.message_view import MessageView
 from ..widgets.prompt_input import PromptInput
 from ..widgets.sidebar import Sidebar
+from ..chat_prompt import RAW
+from .chat_template_choice import ChatTemplateChoice, no_template_text
 from .dialogs import Confirm, TextPrompt
 from .session_settings import SessionSettingsScreen
 from .welcome import WelcomeScreen
@@ -272,6 +274,20 @@ class MainScreen(Screen):
         if model_changed and result.model and not self.engines.is_loaded(result.model):
             self.load_model(result.model)
         self.notify("Session settings saved", timeout=3)
+
+    def offer_chat_template(self, session: ChatSession, suggested: str | None) -> None:
+        """The session's model has no chat template: the notice in the chat, and the choice of how to send."""
+        self.notify(no_template_text(suggested), title="No chat template", severity="warning", timeout=15)
+
+        def chosen(choice: str | None) -> None:
+            if choice is None or session.id not in self.sessions:
+                return
+            session.settings.chat_template = choice
+            self.db.save_settings(session.id, session.settings)
+            how = "raw mode" if choice == RAW else f"the {choice} chat template"
+            self.notify(f"This session uses {how} (F3 changes it): Enter sends your message", timeout=6)
+            self.prompt.focus()
+        self.app.push_screen(ChatTemplateChoice(suggested), chosen)
 
     def use_model(self, model: str) -> None:
         """From the Models screen: the current session uses this model (loaded now); it becomes the default."""

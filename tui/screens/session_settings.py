@@ -8,11 +8,19 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
-from textual.widgets import Button, Input, Label, TextArea
+from textual.widgets import Button, Input, Label, Select, TextArea
 
 from llmchat.engine.remote import is_remote
 
+from llmchat.engine.chat_templates import KNOWN_TEMPLATES
+
+from ..chat_prompt import MODELS_OWN, RAW
 from ..chat_state import SessionSettings
+
+# What a session's chat messages are rendered with: a base model without a template needs one of the others.
+MODELS_OWN_OPTION = "model"   # Select takes no "" value: the option stands for MODELS_OWN
+TEMPLATE_CHOICES = [("the model's own", MODELS_OWN_OPTION), *((name, name) for name in KNOWN_TEMPLATES),
+                    ("raw (plain completion)", RAW)]
 
 # field, label, type
 NUMBER_FIELDS = [("temperature", "Temperature", float), ("top_p", "Top-p", float), ("top_k", "Top-k", int),
@@ -74,6 +82,11 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
                         suggester=SuggestFromList(self.adapters, case_sensitive=False))
             yield Label("System prompt")
             yield TextArea(s.system_prompt, id="system_prompt", soft_wrap=True, compact=True)
+            with Horizontal(classes="form-row"):
+                yield Label("Chat template", classes="form-label")
+                known = {value for _, value in TEMPLATE_CHOICES}
+                yield Select(TEMPLATE_CHOICES, allow_blank=False, id="chat_template", compact=True,
+                             value=s.chat_template if s.chat_template in known else MODELS_OWN_OPTION)
             for name, label, _ in NUMBER_FIELDS:
                 with Horizontal(classes="form-row"):
                     yield Label(label, classes="form-label")
@@ -88,12 +101,17 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
     def on_mount(self) -> None:
         self.query_one("#model", Input).focus()
 
+    def chat_template_choice(self) -> str:
+        value = self.query_one("#chat_template", Select).value
+        return MODELS_OWN if value in (MODELS_OWN_OPTION, Select.NULL) else str(value)
+
     def collect(self) -> SessionSettings:
         values = {name: parse_number(label, self.query_one(f"#{name}", Input).value, kind)
                   for name, label, kind in NUMBER_FIELDS}
         settings = replace(self.settings, model=self.query_one("#model", Input).value.strip(),
                            adapter=self.query_one("#adapter", Input).value.strip() or None,
-                           system_prompt=self.query_one("#system_prompt", TextArea).text.strip(), **values)
+                           system_prompt=self.query_one("#system_prompt", TextArea).text.strip(),
+                           chat_template=self.chat_template_choice(), **values)
         check_adapter(settings.adapter, settings.model, self.adapters)
         from llmchat.engine.sampling_params import SamplingParams   # same validation the engine applies
         SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
