@@ -1,6 +1,7 @@
 """What the settings and compare screens offer: the models and adapters a session can use, and a model's defaults."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from llmchat.engine.remote import is_remote
@@ -36,3 +37,26 @@ def model_defaults(model: str, data_path: Path) -> dict:
     except (FileNotFoundError, ValueError, OSError):
         path = None
     return read_generation_defaults(path)
+
+
+def template_source(model: str, data_path: Path) -> str:
+    """The chat template text a local model folder ships ("" for remote models, GGUF files or none)."""
+    if not model or is_remote(model):
+        return ""
+    try:
+        path = resolve_model(model, data_path)
+        if not path.is_dir():
+            return ""
+        jinja = path / "chat_template.jinja"
+        if jinja.is_file():
+            return jinja.read_text(encoding="utf-8")
+        config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+        template = config.get("chat_template") or ""
+        return template if isinstance(template, str) else json.dumps(template)
+    except (FileNotFoundError, ValueError, OSError):
+        return ""
+
+
+def supports_thinking(model: str, data_path: Path) -> bool:
+    """The model's chat template has an enable_thinking switch (SmolLM3, Qwen3): F3 offers it."""
+    return "enable_thinking" in template_source(model, data_path)

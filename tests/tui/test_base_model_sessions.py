@@ -72,7 +72,9 @@ async def test_the_chat_template_is_a_session_setting_in_f3(dirs, base_model):
     async with app.run_test(size=SIZE) as pilot:
         await open_with_model(pilot, app)
         await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen)
+                    and app.screen.query("#chat_template")
                     and app.screen.query_one("#chat_template", Select).value != Select.NULL, what="settings")
+        await pilot.pause()     # the Select's own widgets are mounted: setting its value now sticks
         select = app.screen.query_one("#chat_template", Select)
         assert select.value == "model"     # the model's own
         select.value = "gemma"

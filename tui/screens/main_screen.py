@@ -19,7 +19,7 @@ from ..chat_state import ChatMessage, ChatSession, SessionSettings
 from ..db import ChatDatabase
 from ..engines import EngineManager
 from ..generation import EXPECTED_ERRORS
-from ..model_choices import known_models, library_names, model_defaults
+from ..model_choices import known_models, library_names, model_defaults, supports_thinking
 from ..reply_streams import ReplyStreams
 from ..settings import Settings, SettingsStore
 from ..widgets.chat_view import ChatView
@@ -260,8 +260,10 @@ class MainScreen(Screen):
         session = self.current
         if session is None:
             return
+        model = session.settings.model
         screen = SessionSettingsScreen(session.settings, self.known_models(), self.library_names("adapter"),
-                                       model_defaults(session.settings.model, self.data_path))
+                                       model_defaults(model, self.data_path),
+                                       thinking_switch=supports_thinking(model, self.data_path))
         self.app.push_screen(screen, lambda result: self.apply_session_settings(session, result))
 
     def apply_session_settings(self, session: ChatSession, result: SessionSettings | None) -> None:

@@ -21,6 +21,8 @@ from ..chat_state import SessionSettings
 MODELS_OWN_OPTION = "model"   # Select takes no "" value: the option stands for MODELS_OWN
 TEMPLATE_CHOICES = [("the model's own", MODELS_OWN_OPTION), *((name, name) for name in KNOWN_TEMPLATES),
                     ("raw (plain completion)", RAW)]
+# The template's enable_thinking switch: reasoning first (shown collapsed in the chat), or a direct answer.
+THINKING_CHOICES = [("the template's default", "default"), ("on", "on"), ("off", "off")]
 
 # field, label, type
 NUMBER_FIELDS = [("temperature", "Temperature", float), ("top_p", "Top-p", float), ("top_k", "Top-k", int),
@@ -63,9 +65,12 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="settings.cancel"),
                 Binding("ctrl+s", "save", "Save", id="settings.save")]
 
-    def __init__(self, settings: SessionSettings, models: list[str], adapters: list[str], defaults: dict) -> None:
+    def __init__(self, settings: SessionSettings, models: list[str], adapters: list[str], defaults: dict,
+                 thinking_switch: bool = False) -> None:
+        """thinking_switch: the model's chat template takes enable_thinking (never for a remote model)."""
         super().__init__(classes="dialog-screen")
         self.settings, self.models, self.adapters, self.defaults = settings, models, adapters, defaults
+        self.thinking_switch = thinking_switch
 
     def compose(self):
         s = self.settings
@@ -87,6 +92,11 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
                 known = {value for _, value in TEMPLATE_CHOICES}
                 yield Select(TEMPLATE_CHOICES, allow_blank=False, id="chat_template", compact=True,
                              value=s.chat_template if s.chat_template in known else MODELS_OWN_OPTION)
+            if self.thinking_switch:
+                with Horizontal(classes="form-row"):
+                    yield Label("Thinking", classes="form-label")
+                    yield Select(THINKING_CHOICES, allow_blank=False, id="thinking", compact=True,
+                                 value={None: "default", True: "on", False: "off"}[s.thinking])
             for name, label, _ in NUMBER_FIELDS:
                 with Horizontal(classes="form-row"):
                     yield Label(label, classes="form-label")
@@ -105,13 +115,18 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
         value = self.query_one("#chat_template", Select).value
         return MODELS_OWN if value in (MODELS_OWN_OPTION, Select.NULL) else str(value)
 
+    def thinking_choice(self) -> bool | None:
+        if not self.thinking_switch:
+            return self.settings.thinking
+        return {"on": True, "off": False}.get(self.query_one("#thinking", Select).value)
+
     def collect(self) -> SessionSettings:
         values = {name: parse_number(label, self.query_one(f"#{name}", Input).value, kind)
                   for name, label, kind in NUMBER_FIELDS}
         settings = replace(self.settings, model=self.query_one("#model", Input).value.strip(),
                            adapter=self.query_one("#adapter", Input).value.strip() or None,
                            system_prompt=self.query_one("#system_prompt", TextArea).text.strip(),
-                           chat_template=self.chat_template_choice(), **values)
+                           chat_template=self.chat_template_choice(), thinking=self.thinking_choice(), **values)
         check_adapter(settings.adapter, settings.model, self.adapters)
         from llmchat.engine.sampling_params import SamplingParams   # same validation the engine applies
         SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,

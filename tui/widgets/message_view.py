@@ -6,9 +6,10 @@ import re
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import Label, Markdown, Static
+from textual.widgets import Collapsible, Label, Markdown, Static
 
 from ..chat_state import ChatMessage
+from ..reasoning import split_reasoning
 
 CODE_BLOCK = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
@@ -34,18 +35,39 @@ class MessageView(Vertical, can_focus=True):
         super().__init__(classes=f"message -{message.role}")
         self.message = message
         self.label = label
-        self.shown = ""          # text already handed to the Markdown widget
+        self.shown = ""          # answer text already handed to the Markdown widget
+        self.shown_reasoning = None
         self.shown_status = None
         self._stream = None
 
+    def parts(self) -> tuple[str | None, str]:
+        """(reasoning, answer): a reply's <think> text is shown apart, collapsed; a user's text is all answer."""
+        if self.message.role != "assistant":
+            return None, self.message.content
+        return split_reasoning(self.message.content)
+
     def compose(self):
+        reasoning, answer = self.parts()
         yield Label(self.label, classes="message-role")
-        yield Markdown(self.message.content, classes="message-body")
+        if self.message.role == "assistant":
+            with Collapsible(title="Reasoning", collapsed=True, classes="message-reasoning") as box:
+                box.display = reasoning is not None
+                yield Static(reasoning or "", classes="reasoning-text", markup=False)
+        yield Markdown(answer, classes="message-body")
         yield Static("", classes="message-stats")
 
     def on_mount(self) -> None:
-        self.shown = self.message.content
+        self.shown_reasoning, self.shown = self.parts()
         self.update_status()
+
+    def update_reasoning(self, reasoning: str | None) -> bool:
+        boxes = self.query(".message-reasoning")
+        if reasoning == self.shown_reasoning or not boxes:
+            return False
+        self.shown_reasoning = reasoning
+        boxes.first().display = reasoning is not None
+        self.query_one(".reasoning-text", Static).update(reasoning or "")
+        return True
 
     def status_text(self) -> str:
         m = self.message
@@ -74,9 +96,10 @@ class MessageView(Vertical, can_focus=True):
     async def sync(self) -> bool:
         """Bring the widget up to the message text; True if anything changed. Called once per frame."""
         self.update_status()
-        text = self.message.content
+        reasoning, text = self.parts()
+        reasoning_changed = self.update_reasoning(reasoning)
         if text == self.shown or not self.query(".message-body"):
-            return False
+            return reasoning_changed
         body = self.query_one(".message-body", Markdown)
         if text.startswith(self.shown):
             if self._stream is None:
