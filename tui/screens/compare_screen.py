@@ -9,9 +9,10 @@ from pathlib import Path
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Label, Markdown, SelectionList, Static, TextArea
+from textual.widgets import Footer, Input, Label, Markdown, SelectionList, Static, TextArea
 
 from ..chat_state import ReplyStats
+from ..widgets.app_header import AppHeader
 
 FRAME_INTERVAL = 1 / 30
 
@@ -56,7 +57,7 @@ class CompareScreen(Screen):
         self.models, self.adapters = models, adapters
 
     def compose(self):
-        yield Header()
+        yield AppHeader()
         with Horizontal(id="compare-setup"):
             with Vertical(id="compare-prompt-box"):
                 yield Label("Prompt (ctrl+r runs)")
@@ -73,9 +74,12 @@ class CompareScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#compare-targets", SelectionList).border_title = "Pick 2-4 (space)"
+        targets, prompt = self.query("#compare-targets"), self.query("#compare-prompt")
+        if not targets or not prompt:       # quit right after F6: the screen is taken down while it mounts
+            return
+        targets.first(SelectionList).border_title = "Pick 2-4 (space)"
         self.set_interval(FRAME_INTERVAL, self.frame_tick)
-        self.query_one("#compare-prompt", TextArea).focus()      # the first key starts the prompt
+        prompt.first(TextArea).focus()      # the first key starts the prompt
 
     async def frame_tick(self) -> None:
         for column in self.query(CompareColumn):
