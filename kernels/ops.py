@@ -71,26 +71,25 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
     _ops().rotary_embedding(positions, query, key, cos_sin_cache, int(head_size), bool(is_neox))
 
 
-def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x [T, 2I] -> silu(x[:, :I]) * x[:, I:] of shape [T, I]."""
-    ops = _ops()
+def _gated_and_mul(name: str, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The shared shape of the gated activations: x [T, 2I] -> act(x[:, :I]) * x[:, I:] of shape [T, I]."""
+    op = getattr(_ops(), name)
     if out is None:
         if x.dim() != 2 or x.shape[-1] % 2:
-            raise ValueError(f"llmchat.kernels.silu_and_mul: x must be [T, 2*I], got shape {tuple(x.shape)}")
+            raise ValueError(f"llmchat.kernels.{name}: x must be [T, 2*I], got shape {tuple(x.shape)}")
         out = torch.empty(x.shape[0], x.shape[1] // 2, dtype=x.dtype, device=x.device)
-    ops.silu_and_mul(x, out)
+    op(x, out)
     return out
+
+
+def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, 2I] -> silu(x[:, :I]) * x[:, I:] of shape [T, I]."""
+    return _gated_and_mul("silu_and_mul", x, out)
 
 
 def gelu_tanh_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [T, 2I] -> gelu_tanh(x[:, :I]) * x[:, I:] of shape [T, I] (Gemma's GeGLU)."""
-    ops = _ops()
-    if out is None:
-        if x.dim() != 2 or x.shape[-1] % 2:
-            raise ValueError(f"llmchat.kernels.gelu_tanh_and_mul: x must be [T, 2*I], got shape {tuple(x.shape)}")
-        out = torch.empty(x.shape[0], x.shape[1] // 2, dtype=x.dtype, device=x.device)
-    ops.gelu_tanh_and_mul(x, out)
-    return out
+    return _gated_and_mul("gelu_tanh_and_mul", x, out)
 
 
 def read_sum(x: torch.Tensor) -> float:
