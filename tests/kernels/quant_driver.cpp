@@ -6,7 +6,8 @@
 //     (q, d, dsum), exact integer block dots, out = sum_b isum * scale * d + sum_b min * dsum (+ bias), within
 //     1e-5 (f32), 1e-2 (bf16), 2e-3 (f16) of the sum of the sizes of all the products (see check_linear);
 //   - determinism: each row of an M-row call is bit-identical to the same row from M = 1 calls, from a call on
-//     the rows after the first (every row in another tile position) and from another thread split;
+//     the rows after the first (every row in another tile position and lane) and from another thread split;
+//   - the factors stored as fp32 or fp16 (half_factors), mins stored or implied (min_offset * scale);
 //   - that nothing outside the [M, N] slice of a wider, strided output is written;
 //   - quant_rows against scale * q + min rounded twice in float, exactly.
 // Prints "isa=<quant_isa_name()>" and "ok <n> checks, <f> failed"; exit 1 on failure.
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/quant_linear.h"
@@ -49,11 +51,14 @@ struct Weight {
   int64_t n, k, nb;
   std::vector<uint8_t> values;  // stored one byte in: the kernel must not assume aligned weight bytes
   std::vector<uint32_t> high;
-  std::vector<float> scales, mins;
-  bool with_mins;
+  std::vector<float> scales, mins;           // the values the kernel sees (fp16-rounded with half)
+  std::vector<uint16_t> scales_h, mins_h;    // fp16 bits, as the file's Q8_0, Q4_0/1 and Q5_0/1 keep them
+  bool with_mins, half;
+  int min_offset;                            // without mins: min = min_offset * scale (Q4_0: -8, Q5_0: -16)
 
-  Weight(QuantKind kind_, int64_t n_, int64_t k_, bool with_mins_)
-      : kind(kind_), n(n_), k(k_), nb(k_ / 32), with_mins(with_mins_ && paired(kind_)) {
+  Weight(QuantKind kind_, int64_t n_, int64_t k_, bool with_mins_, bool half_ = false, bool offset = false)
+      : kind(kind_), n(n_), k(k_), nb(k_ / 32), with_mins(with_mins_ && paired(kind_)), half(half_),
+        min_offset(offset && paired(kind_) && !with_mins ? (kind_ == QuantKind::Q5 ? -16 : -8) : 0) {
     const int64_t bytes = paired(kind) ? n * k / 2 : n * k;
     values.resize(size_t(bytes + 1));
     for (auto& v : values) v = uint8_t(next_u64() >> 56);  // any byte: every nibble, every int8 -128..127
@@ -67,14 +72,22 @@ struct Weight {
       mins.resize(size_t(n * nb));
       for (auto& m : mins) m = -0.05f * std::fabs(uniform());  // negative, small (zero allowed)
     }
+    if (half) {
+      for (auto* v : {&scales, &mins}) {
+        auto& bits = v == &scales ? scales_h : mins_h;
+        for (auto& f : *v) bits.push_back(from_float<fp16_t>(f).bits), f = to_float(fp16_t{bits.back()});
+      }
+    }
   }
   QuantWeightView view() const {
     QuantWeightView w;
     w.kind = kind, w.n = n, w.k = k;
     w.values = values.data() + 1;
     w.high = kind == QuantKind::Q5 ? high.data() : nullptr;
-    w.scales = scales.data();
-    w.mins = with_mins ? mins.data() : nullptr;
+    w.scales = half ? static_cast<const void*>(scales_h.data()) : scales.data();
+    w.mins = !with_mins ? nullptr : half ? static_cast<const void*>(mins_h.data()) : mins.data();
+    w.half_factors = half;
+    w.min_offset = min_offset;
     return w;
   }
   // The integer weight of row r, element c, decoded from the layout as quant_linear.h documents it.
@@ -91,7 +104,9 @@ struct Weight {
   float scale(int64_t r, int64_t c) const {
     return kind == QuantKind::Q8Halves ? scales[size_t(r * 2 * nb + c / 16)] : scales[size_t(r * nb + c / 32)];
   }
-  float min(int64_t r, int64_t b) const { return with_mins ? mins[size_t(r * nb + b)] : 0.f; }
+  float min(int64_t r, int64_t b) const {
+    return with_mins ? mins[size_t(r * nb + b)] : float(min_offset) * scales[size_t(r * nb + b)];
+  }
 };
 
 double worst_error[3] = {0, 0, 0};  // f32, bf16, f16: reported, so a loosening shows in the log
@@ -104,9 +119,11 @@ void fail(const char* what, QuantKind kind, const char* dt, int64_t m, int64_t n
 }
 
 template <typename T>
-void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bool with_mins, int threads) {
-  const char* dt = dtype_name<T>();
-  const Weight wt(kind, n, k, with_mins);
+void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bool with_mins, int threads,
+                  bool half = false) {
+  const std::string label = std::string(dtype_name<T>()) + (half ? "+fp16 factors" : "");
+  const char* dt = label.c_str();
+  const Weight wt(kind, n, k, with_mins, half, half);
   const int64_t xs = k + 3, os = n + 5, nb = k / 32;  // strided rows on both sides
   auto x = random_vec<T>(size_t(m * xs), 2.f);
   if (m > 1)  // an all-zero block: d = 0
@@ -267,7 +284,9 @@ void check_rows(QuantKind kind, int64_t n, int64_t k, bool with_mins, int thread
 
 int main() {
   const QuantKind kinds[] = {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5};
-  const int64_t ms[] = {1, 2, 3, 5, 17, 64, 130};  // register tiles, their remainders, the unpack-into-scratch path
+  // M = 1 (decode: SMMLA pads the lone token), odd M and M not a multiple of any tile (2 x 2 SMMLA, 4 tokens),
+  // and M > 4, where the 4/5-bit kinds unpack into scratch: each compared row by row with M = 1 calls.
+  const int64_t ms[] = {1, 2, 3, 5, 17, 64, 130};
   const int64_t ks[] = {32, 96, 256, 576};         // one block, an odd block count, even counts
   const int64_t ns[] = {1, 2, 3, 5, 16, 17, 33, 50, 7, 4, 20};  // odd and even, below 4, not multiples of 16
   int i = 0;
@@ -276,10 +295,10 @@ int main() {
       for (int64_t m : ms) {
         const int64_t n = ns[size_t(i) % (sizeof ns / sizeof ns[0])];
         const int threads = 1 + i % 3;
-        const bool bias = (i / 3) % 2 == 1, mins = i % 2 == 0;
-        check_linear<float>(kind, m, n, k, bias, mins, threads);
-        check_linear<bf16_t>(kind, m, n, k, !bias, !mins, threads % 3 + 1);
-        check_linear<fp16_t>(kind, m, n, k, bias, !mins, (threads + 1) % 3 + 1);
+        const bool bias = (i / 3) % 2 == 1, mins = i % 2 == 0, half = (i / 2) % 2 == 1;
+        check_linear<float>(kind, m, n, k, bias, mins, threads, half);
+        check_linear<bf16_t>(kind, m, n, k, !bias, !mins, threads % 3 + 1, half);
+        check_linear<fp16_t>(kind, m, n, k, bias, !mins, (threads + 1) % 3 + 1, half);
         ++i;
       }
     for (int64_t k : ks)

@@ -1,7 +1,8 @@
 """The quantized linear (kernels/csrc/core/quant_linear.cpp) on every block-dot path of vec/qdot.h:
 quant_driver.cpp built natively (AVX2, which AVX-512 machines also run, and scalar) and cross-compiled for
-AArch64 plain NEON and NEON dotprod (gcc, gcc with i8mm+bf16 also enabled, and clang like macOS), run under
-qemu. The driver checks every weight kind and dtype against a plain loop of the same math, rows bit-identical
+AArch64 plain NEON, NEON dotprod and NEON i8mm (SMMLA tiles; gcc, and clang like macOS), run under qemu -cpu max.
+A build with i8mm needs a CPU with it (kernels/_loader.py refuses it at load otherwise), so it is not run on a
+CPU model without it. The driver checks every weight kind and dtype against a plain loop of the same math, rows bit-identical
 whatever M or the thread split, and row dequantization exact. A missing toolchain fails, it does not skip.
 """
 from __future__ import annotations
@@ -24,10 +25,14 @@ VARIANTS = {
     "scalar": ("g++", ["-DLLMCHAT_FORCE_SCALAR"], [], "scalar"),
     "neon": ("aarch64-linux-gnu-g++", ["-march=armv8-a"], QEMU_MAX, "neon"),  # widening multiplies, no SDOT
     "neon+dotprod": ("aarch64-linux-gnu-g++", ["-march=armv8.2-a+dotprod"], QEMU_MAX, "neon+dotprod"),
-    "neon+i8mm+bf16": ("aarch64-linux-gnu-g++", ["-march=armv8.6-a+bf16+i8mm+dotprod"], QEMU_MAX, "neon+dotprod"),
-    # clang is the compiler family of macOS (Apple silicon has dotprod): the path must pass with it too
-    "neon+dotprod (clang)": ("clang++", ["--target=aarch64-linux-gnu", "-march=armv8.6-a+dotprod"], QEMU_MAX,
+    # SMMLA 2x2 tiles for every M (vec/qdot_neon_i8mm.h)
+    "neon+i8mm+bf16": ("aarch64-linux-gnu-g++", ["-march=armv8.6-a+bf16+i8mm+dotprod"], QEMU_MAX, "neon+dotprod+i8mm"),
+    # clang is the compiler family of macOS: Apple M1 is Armv8.5 with dotprod, M2 and later Armv8.6, which
+    # implies i8mm (with gcc too)
+    "neon+dotprod (clang)": ("clang++", ["--target=aarch64-linux-gnu", "-march=armv8.5-a+dotprod"], QEMU_MAX,
                              "neon+dotprod"),
+    "neon+i8mm (clang)": ("clang++", ["--target=aarch64-linux-gnu", "-march=armv8.6-a+dotprod"], QEMU_MAX,
+                          "neon+dotprod+i8mm"),
 }
 
 

@@ -92,6 +92,17 @@ struct Unpacked {
   QPair get(int64_t row, int64_t b) const { return qdot::load_pair(base + (row - first) * row_bytes + 32 * b); }
 };
 
+// The mins' share of an output, added after its block sums: the mins meet the activation block sums, or
+// min = offset * scale, a power of two: exactly offset * (scales . sums).
+template <bool HALF>
+inline float with_mins(float v, const QuantWeightView& w, int64_t row, const Acts& x, int64_t token) {
+  const int64_t nb = w.k / 32;
+  const float* ds = x.dsum + token * x.blocks;
+  if (w.mins != nullptr) return v + Factors<HALF>::dot(w.mins, row * nb, ds, nb);
+  if (w.min_offset != 0) return v + float(w.min_offset) * Factors<HALF>::dot(w.scales, row * nb, ds, nb);
+  return v;
+}
+
 // res[r][t] = out[m0 + t, n0 + r] before bias, for R <= kMaxRows rows and T <= kTok tokens.
 template <QuantKind KIND, bool HALF, int R, int T, class Src>
 void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0, float (*res)[kTok]) {
@@ -147,16 +158,105 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) {
-      float v = qdot::qsum(acc[r][t]);
-      const float* ds = x.dsum + (m0 + t) * x.blocks;
-      if (w.mins != nullptr)  // the mins meet the activation block sums
-        v = v + Factors<HALF>::dot(w.mins, (n0 + r) * nb, ds, nb);
-      else if (w.min_offset != 0)  // min = offset * scale, a power of two: exactly offset * (scales . sums)
-        v = v + float(w.min_offset) * Factors<HALF>::dot(w.scales, (n0 + r) * nb, ds, nb);
-      res[r][t] = v;
+    for (int t = 0; t < T; ++t) res[r][t] = with_mins<HALF>(qdot::qsum(acc[r][t]), w, n0 + r, x, m0 + t);
+}
+
+#if defined(LLMCHAT_QDOT_PAIR_TILES)
+// Matrix-multiply tiles (SMMLA): 2 rows x 2 tokens an instruction, R x T (even) per call. Every output of
+// every M goes through them, a lone last row or token paired with a copy of itself whose result is dropped:
+// the float work is lane by lane, so an output gets the same bits in whichever tile and lane it lands.
+template <QuantKind KIND, bool HALF, int R, int T, class Src>
+void pair_tile(const QuantWeightView& w, const Src& src, int64_t n0, int rows, const Acts& x, int64_t m0,
+               int tokens, float (*res)[kTok]) {
+  static_assert(R % 2 == 0 && T % 2 == 0, "whole 2x2 tiles");
+  constexpr int RP = R / 2, TP = T / 2;
+  const int64_t nb = w.k / 32;
+  int64_t row[R], tok[T];
+  for (int r = 0; r < R; ++r) row[r] = n0 + std::min(r, rows - 1);
+  for (int t = 0; t < T; ++t) tok[t] = m0 + std::min(t, tokens - 1);
+  qdot::QAcc4 acc[RP][TP];
+  for (int i = 0; i < RP; ++i)
+    for (int j = 0; j < TP; ++j) acc[i][j] = qdot::qzero4();
+  if constexpr (paired(KIND)) {
+    auto pair = [&](int64_t b, auto single) {
+      constexpr bool kSingle = decltype(single)::value;
+      qdot::QBlock2 a0[TP], a1[TP];
+      float d[T][2];
+      for (int j = 0; j < TP; ++j) {
+        const qdot::QActs p = qdot::load_pair_acts(x.q + tok[2 * j] * x.row + 32 * b);
+        const qdot::QActs q = qdot::load_pair_acts(x.q + tok[2 * j + 1] * x.row + 32 * b);
+        a0[j] = qdot::block2(p, q, true), a1[j] = qdot::block2(p, q, false);
+      }
+      for (int t = 0; t < T; ++t)  // padded: d = 0 past the last block
+        d[t][0] = x.d[tok[t] * x.blocks + b], d[t][1] = x.d[tok[t] * x.blocks + b + 1];
+      for (int i = 0; i < RP; ++i) {
+        const QPair p = src.template get<kSingle>(row[2 * i], b), q = src.template get<kSingle>(row[2 * i + 1], b);
+        const qdot::QBlock2 w0 = qdot::block2(p, q, true), w1 = qdot::block2(p, q, false);
+        float s[2][2];
+        for (int h = 0; h < 2; ++h) {
+          const int64_t at = row[2 * i + h] * nb + b;
+          s[h][0] = Factors<HALF>::at(w.scales, at);
+          s[h][1] = kSingle ? 0.f : Factors<HALF>::at(w.scales, at + 1);
+        }
+        for (int j = 0; j < TP; ++j)
+          acc[i][j] = qdot::mma_pair(acc[i][j], w0, a0[j], w1, a1[j], qdot::tile_scale(s[0], s[1], d[2 * j], d[2 * j + 1]));
+      }
+    };
+    const int64_t whole = nb - nb % 2;
+    for (int64_t b = 0; b < whole; b += 2) pair(b, std::false_type{});
+    if (nb % 2) pair(whole, std::true_type{});
+  } else {
+    const int8_t* values = static_cast<const int8_t*>(w.values);
+    for (int64_t b = 0; b < nb; ++b) {
+      qdot::QBlock2 a[TP];
+      float d[T][2];
+      for (int j = 0; j < TP; ++j)
+        a[j] = qdot::block2(qdot::load32(x.q + tok[2 * j] * x.row + 32 * b), qdot::load32(x.q + tok[2 * j + 1] * x.row + 32 * b));
+      for (int t = 0; t < T; ++t) d[t][0] = d[t][1] = x.d[tok[t] * x.blocks + b];
+      for (int i = 0; i < RP; ++i) {
+        const qdot::QBlock2 wv = qdot::block2(qdot::load32(values + row[2 * i] * w.k + 32 * b),
+                                              qdot::load32(values + row[2 * i + 1] * w.k + 32 * b));
+        float s[2][2];
+        for (int h = 0; h < 2; ++h) {
+          if constexpr (KIND == QuantKind::Q8Halves) {
+            const int64_t at = row[2 * i + h] * 2 * nb + 2 * b;
+            s[h][0] = Factors<HALF>::at(w.scales, at), s[h][1] = Factors<HALF>::at(w.scales, at + 1);
+          } else {
+            s[h][0] = s[h][1] = Factors<HALF>::at(w.scales, row[2 * i + h] * nb + b);
+          }
+        }
+        for (int j = 0; j < TP; ++j) {
+          const qdot::QScale4 sd = qdot::tile_scale(s[0], s[1], d[2 * j], d[2 * j + 1]);
+          if constexpr (KIND == QuantKind::Q8Halves) acc[i][j] = qdot::mma_s8_halves(acc[i][j], wv, a[j], sd);
+          else acc[i][j] = qdot::mma_s8(acc[i][j], wv, a[j], sd);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < RP; ++i)
+    for (int j = 0; j < TP; ++j) {
+      float lanes[4];
+      qdot::qstore4(lanes, acc[i][j]);
+      for (int h = 0; h < 2; ++h)
+        for (int u = 0; u < 2; ++u) {
+          const int r = 2 * i + h, t = 2 * j + u;
+          if (r < rows && t < tokens) res[r][t] = with_mins<HALF>(lanes[2 * h + u], w, row[r], x, tok[t]);
+        }
     }
 }
+
+template <QuantKind KIND, bool HALF, class Src>
+void pair_tile_any(int rows, int tokens, const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x,
+                   int64_t m0, float (*res)[kTok]) {
+  static_assert(kMaxRows == 4 && kTok == 4, "tiles of 2 or 4 rows and tokens");
+  if (rows > 2) {
+    if (tokens > 2) return pair_tile<KIND, HALF, 4, 4>(w, src, n0, rows, x, m0, tokens, res);
+    return pair_tile<KIND, HALF, 4, 2>(w, src, n0, rows, x, m0, tokens, res);
+  }
+  if (tokens > 2) return pair_tile<KIND, HALF, 2, 4>(w, src, n0, rows, x, m0, tokens, res);
+  pair_tile<KIND, HALF, 2, 2>(w, src, n0, rows, x, m0, tokens, res);
+}
+#endif
 
 template <QuantKind KIND, bool HALF, int R, class Src>
 void tile_tokens(int tokens, const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0,
@@ -178,6 +278,9 @@ template <QuantKind KIND, bool HALF, class Src>
 void tile_any(int rows, int tokens, const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, int64_t m0,
               float (*res)[kTok]) {
   static_assert(kMaxRows >= 1 && kMaxRows <= 4, "row tiles of 1 to 4");
+#if defined(LLMCHAT_QDOT_PAIR_TILES)
+  pair_tile_any<KIND, HALF>(rows, tokens, w, src, n0, x, m0, res);
+#else
   if constexpr (kMaxRows >= 4) {
     if (rows == 4) return tile_tokens<KIND, HALF, 4>(tokens, w, src, n0, x, m0, res);
   }
@@ -188,6 +291,7 @@ void tile_any(int rows, int tokens, const QuantWeightView& w, const Src& src, in
     if (rows == 2) return tile_tokens<KIND, HALF, 2>(tokens, w, src, n0, x, m0, res);
   }
   tile_tokens<KIND, HALF, 1>(tokens, w, src, n0, x, m0, res);
+#endif
 }
 
 template <typename T>

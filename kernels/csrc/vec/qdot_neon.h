@@ -1,5 +1,6 @@
 // NEON block dots: SDOT (Armv8.4 dotprod) where the target has it, else widening multiplies (vmull/vmlal, no
-// overflow: two products of |w| <= 128 and |a| <= 127 fit int16) and pairwise adds.
+// overflow: two products of |w| <= 128 and |a| <= 127 fit int16) and pairwise adds. With i8mm the quantized
+// linear takes SMMLA tiles for every M instead (qdot_neon_i8mm.h, included at the end).
 #pragma once
 #include <arm_neon.h>
 
@@ -7,7 +8,11 @@
 
 namespace llmchat::qdot {
 
-#if defined(__ARM_FEATURE_DOTPROD)
+#if defined(__ARM_FEATURE_MATMUL_INT8) && defined(__ARM_FEATURE_DOTPROD)
+inline constexpr const char* kIsa = "neon+dotprod+i8mm";
+#elif defined(__ARM_FEATURE_MATMUL_INT8)
+inline constexpr const char* kIsa = "neon+i8mm";
+#elif defined(__ARM_FEATURE_DOTPROD)
 inline constexpr const char* kIsa = "neon+dotprod";
 #else
 inline constexpr const char* kIsa = "neon";
@@ -116,3 +121,7 @@ inline float dot_half_f32(const uint16_t* a, const float* b, int64_t n) {
 }
 
 }  // namespace llmchat::qdot
+
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+#include "qdot_neon_i8mm.h"
+#endif
