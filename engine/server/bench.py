@@ -1,6 +1,8 @@
 """`llmchat bench MODEL --serve`: what HTTP costs. 1/8/16 concurrent streaming clients of `llmchat serve`
 vs the same streams on the in-process AsyncEngine, in one run, rounds alternating so both sides see the same
-machine state; aggregate tok/s, mean time to the first text (TTFT) and their ratios.
+machine state; aggregate tok/s, mean time to the first text (TTFT) and their ratios. Then what HTTP adds to
+one client's TTFT: single requests one after another (one new token each), alternating sides, the medians
+compared (a round's TTFT is one sample and swings with the machine; the median of many is what a user sees).
 
 Both sides run the same requests: random token-id prompts (distinct per round, so no prefix-cache hits),
 greedy, a fixed number of new tokens. The server runs in its own process, as users run it; the HTTP clients
@@ -65,6 +67,29 @@ async def _http_round(client: httpx.AsyncClient, prompts: list[list[int]], new_t
     return sum(c for _, c in results) / wall, sum(f for f, _ in results) / len(results)
 
 
+async def _single_ttfts(engine, client: httpx.AsyncClient, prompt_len: int, vocab: int, samples: int) -> dict:
+    """Median time to the first token of lone requests (nothing else running), in-process and over HTTP."""
+    import statistics
+    params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    times = {"engine": [], "http": []}
+    for i in range(samples):
+        for side in (("engine", "http") if i % 2 == 0 else ("http", "engine")):
+            prompt = _prompt(prompt_len, 777_000 + 2 * i + (side == "http"), vocab)
+            start = time.perf_counter()
+            if side == "engine":
+                async for _ in engine.generate(prompt, params):
+                    break
+            else:
+                body = {"model": None, "prompt": prompt, "max_tokens": 1, "temperature": 0, "stream": True}
+                async with client.stream("POST", "/v1/completions", json=body) as r:
+                    async for line in r.aiter_lines():
+                        if line.startswith("data: {"):
+                            break
+            times[side].append(time.perf_counter() - start)
+    engine_ms, http_ms = (statistics.median(times[k]) * 1e3 for k in ("engine", "http"))
+    return {"samples": samples, "engine_ms": engine_ms, "http_ms": http_ms, "http_extra_ms": http_ms - engine_ms}
+
+
 def _start_server(model_path, port: int, engine_args: list[str]) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "llmchat.tui.cli", "serve", str(model_path), "--port", str(port),
            "--log-level", "warning", *engine_args]
@@ -91,7 +116,7 @@ def _cpu_seconds(process) -> float:
 
 
 async def _measure(engine, base_url: str, clients: list[int], new_tokens: int, prompt_len: int, rounds: int,
-                   vocab: int, server_process=None) -> dict:
+                   vocab: int, server_process=None, ttft_samples: int = 20) -> dict:
     """Best round of each side per client count; CPU time per token of this process (in-process engine) and
     of the server process (HTTP side), when it is ours to watch."""
     import psutil
@@ -124,12 +149,14 @@ async def _measure(engine, base_url: str, clients: list[int], new_tokens: int, p
                 tokens = rounds * k * new_tokens
                 figures[k]["engine_cpu_us_per_token"] = cpu["engine"] / tokens * 1e6
                 figures[k]["server_cpu_us_per_token"] = cpu["http"] / tokens * 1e6
-        return figures
+        single = await _single_ttfts(engine, client, prompt_len, vocab, ttft_samples) if ttft_samples else None
+        return figures, single
 
 
 def run(model_path, clients=(1, 8, 16), new_tokens: int = 64, prompt_len: int = 32, rounds: int = 3,
         dtype: str = "auto", kv_cache_gb: float = 1.0, num_threads: int | None = None,
-        attention_backend: str = "kernels", quantize: str | None = None, server_url: str | None = None) -> dict:
+        attention_backend: str = "kernels", quantize: str | None = None, server_url: str | None = None,
+        ttft_samples: int = 20) -> dict:
     """server_url: measure a server already running (the same model and settings) instead of starting one."""
     from ..async_engine import AsyncEngine
     from .run import bind_socket
@@ -157,14 +184,14 @@ def run(model_path, clients=(1, 8, 16), new_tokens: int = 64, prompt_len: int = 
                 import psutil
                 watched = psutil.Process(proc.pid) if proc is not None else None
                 return await _measure(engine, base_url, list(clients), new_tokens, prompt_len, rounds, vocab,
-                                      watched)
+                                      watched, ttft_samples)
             finally:
                 await engine.shutdown()
-        figures = asyncio.run(main())
+        figures, single = asyncio.run(main())
         import torch
         return {"model": str(model_path), "dtype": str(engine.engine.runner.dtype).replace("torch.", ""),
                 "threads": torch.get_num_threads(), "new_tokens": new_tokens, "prompt_len": prompt_len,
-                "rounds": rounds, "clients": {str(k): v for k, v in figures.items()}}
+                "rounds": rounds, "clients": {str(k): v for k, v in figures.items()}, "single_ttft": single}
     finally:
         if proc is not None:
             proc.terminate()
@@ -187,6 +214,10 @@ def format_report(r: dict) -> str:
         lines.append("CPU per token, engine included: " + ", ".join(
             f"{k} clients: in-process {f['engine_cpu_us_per_token']:.0f} us, server {f['server_cpu_us_per_token']:.0f} us"
             for k, f in cpu) + " (the HTTP clients' own CPU is on the same cores and not counted)")
+    single = r.get("single_ttft")
+    if single:
+        lines.append(f"TTFT of a lone request, median of {single['samples']}: in-process {single['engine_ms']:.2f} ms, "
+                     f"HTTP {single['http_ms']:.2f} ms (+{single['http_extra_ms']:.2f} ms)")
     return "\n".join(lines)
 
 

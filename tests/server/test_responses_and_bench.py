@@ -38,8 +38,13 @@ def test_bench_serve_measures_both_sides(served_model):
     model = served_model[0]
     engine = dict(attention_backend="torch", kv_cache_gb=0.05)
     with ThreadServer([ModelSpec("tiny", model)], serve_settings(engine_kwargs=engine)) as server:
-        result = run(model, clients=[1, 3], new_tokens=4, rounds=1, server_url=server.base_url, **engine)
+        result = run(model, clients=[1, 3], new_tokens=4, rounds=1, server_url=server.base_url, ttft_samples=3,
+                     **engine)
     assert set(result["clients"]) == {"1", "3"}
     for figures in result["clients"].values():
         assert figures["engine_tok_s"] > 0 and figures["http_tok_s"] > 0 and figures["http_ttft_ms"] > 0
-    assert "HTTP/in-proc" in format_report(result)
+    single = result["single_ttft"]
+    assert single["samples"] == 3 and single["engine_ms"] > 0 and single["http_ms"] > 0
+    assert single["http_extra_ms"] == pytest.approx(single["http_ms"] - single["engine_ms"])
+    report = format_report(result)
+    assert "HTTP/in-proc" in report and "TTFT of a lone request, median of 3" in report
