@@ -1,6 +1,7 @@
 // Standalone test of the torch-free small-M linear (core/gemv.cpp) on the compiled ISA path, dense and
 // packed, against a plain triple loop. Built natively and cross-compiled for aarch64 by
-// test_linear_isa_builds.py. Prints "isa=<path>" and "ok <n> checks, <f> failed"; exit 1 on failure.
+// test_linear_isa_builds.py. Prints "isa=<path>", "packed=<panel path>" and "ok <n> checks, <f> failed";
+// exit 1 on failure.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "core/gemv.h"
+#include "core/packed_linear.h"
 #include "driver_util.h"
 
 using namespace llmchat;
@@ -89,6 +91,34 @@ void check_rows_independent(int64_t n, int64_t k, bool packed) {
   }
 }
 
+// Determinism of the packed panels (issue 16): a row computed alone on one thread has the same bits inside
+// batches of every size 1..40 (each token-block shape and tail) on 1, 2 or 3 threads.
+void check_packed_rows_any_batch(int64_t n, int64_t k) {
+  const int64_t m = 40;
+  auto x = random_vec<bf16_t>(size_t(m * k)), w = random_vec<bf16_t>(size_t(n * k)), b = random_vec<bf16_t>(size_t(n));
+  const std::vector<bf16_t> pw = pack(w, n, k);
+  auto run = [&](int64_t first, int64_t rows, int threads, std::vector<bf16_t>& out) {
+    LinearArgs a;
+    a.dtype = DType::BF16;
+    a.x = x.data() + first * k, a.x_stride = k, a.weight = pw.data(), a.packed = true;
+    a.bias = b.data(), a.out = out.data() + first * n, a.out_stride = n;
+    a.m = rows, a.n = n, a.k = k;
+    linear_small_m(a, chunked(threads));
+  };
+  std::vector<bf16_t> alone(size_t(m * n)), batched(alone.size());
+  for (int64_t t = 0; t < m; ++t) run(t, 1, 1, alone);
+  for (int64_t batch = 1; batch <= m; ++batch) {
+    const int threads = 1 + int(batch % 3);
+    for (int64_t t = 0; t < m; t += batch) run(t, std::min(batch, m - t), threads, batched);
+    ++checks;
+    if (std::memcmp(alone.data(), batched.data(), alone.size() * sizeof(bf16_t)) != 0) {
+      ++failures;
+      std::printf("FAIL packed rows differ from M=1 in batches of %lld on %d threads: n=%lld k=%lld\n", (long long)batch,
+                  threads, (long long)n, (long long)k);
+    }
+  }
+}
+
 int main() {
   const int64_t shapes[][3] = {{1, 1, 1}, {1, 33, 64}, {3, 17, 31}, {5, 40, 48}, {7, 64, 100}, {13, 35, 577}, {40, 21, 96}};
   for (auto& s : shapes)
@@ -105,6 +135,8 @@ int main() {
     check_rows_independent<bf16_t>(37, k, false);
     check_rows_independent<bf16_t>(37, k, true);
   }
-  std::printf("isa=%s\nok %d checks, %d failed\n", isa_name(), checks, failures);
+  for (int64_t n : {37, 150})  // one panel group with a ragged panel; several groups for the thread split
+    for (int64_t k : {31, 577}) check_packed_rows_any_batch(n, k);
+  std::printf("isa=%s\npacked=%s\nok %d checks, %d failed\n", isa_name(), packed_isa_name(), checks, failures);
   return failures ? 1 : 0;
 }

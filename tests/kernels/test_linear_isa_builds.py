@@ -1,22 +1,54 @@
-"""The small-M linear core (kernels/csrc/core/gemv.cpp) on every ISA path: gemv_driver.cpp built natively
-(AVX-512+BF16 / AVX-512 / AVX2 / scalar) and cross-compiled for AArch64 NEON(+BF16), run under qemu,
-checked against a plain loop (dense fp32/fp16/bf16 and packed bf16). A missing toolchain fails."""
+"""The small-M linear core (kernels/csrc/core/gemv.cpp, packed_linear.cpp) on every ISA path: gemv_driver.cpp
+built natively (AVX-512+BF16 / AVX-512 / AVX2 / scalar) and cross-compiled for AArch64 NEON(+BF16), run under
+qemu -cpu max, checked against a plain loop (dense fp32/fp16/bf16 and packed bf16) with packed rows
+bit-identical whatever M or the thread split. Each variant must report the panel instance of vec/panel.h it
+ran: BFDOT on NEON+BF16, VDPBF16PS where AVX512-BF16 is there, the portable panel elsewhere. A missing
+toolchain fails."""
 from __future__ import annotations
 
+import platform
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from test_isa_builds import CSRC, VARIANTS, assert_variant_passed, build_all_variants
+import llmchat.kernels as K
+from test_isa_builds import COMMON, CSRC, QEMU, VARIANTS, assert_variant_passed, build_all_variants
 
 SOURCES = [str(Path(__file__).with_name("gemv_driver.cpp")), *sorted(str(p) for p in (CSRC / "core").glob("*.cpp"))]
+QEMU_MAX = [*QEMU, "-cpu", "max"]  # bf16 (BFDOT) whatever qemu's default CPU
+LINEAR_VARIANTS = {name: (cc, flags, QEMU_MAX if runner else runner, isa)
+                   for name, (cc, flags, runner, isa) in VARIANTS.items()}
+# variant: the panel instance it must run (None: the one the built extension runs)
+PACKED = {"native": None, "avx512": "scalar", "avx2": "scalar", "scalar": "scalar", "neon+bf16": "neon+bf16",
+          "neon": "scalar", "neon+bf16 (clang)": "neon+bf16"}
+AVX512_BF16_FLAGS = [["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"], ["-march=sapphirerapids"]]
+
+
+def native_packed_isa() -> str:
+    if not K.packed_native():
+        return "scalar"
+    return "neon+bf16" if platform.machine() in ("aarch64", "arm64") else "avx512+bf16"
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return build_all_variants(tmp_path_factory.mktemp("gemv-isa-builds"), SOURCES)
+    return build_all_variants(tmp_path_factory.mktemp("gemv-isa-builds"), SOURCES, LINEAR_VARIANTS)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_linear_small_m_matches_plain_loop(results, name):
-    assert_variant_passed(results, name)
+    assert_variant_passed(results, name, LINEAR_VARIANTS)
+    assert f"packed={PACKED[name] or native_packed_isa()}\n" in results[name].stdout
+
+
+@pytest.mark.parametrize("flags", AVX512_BF16_FLAGS, ids=" ".join)
+def test_avx512_bf16_panels_compile(tmp_path, flags):
+    """The VDPBF16PS panel compiles on any x86 host, also one that cannot run it (the native variant runs it
+    where the CPU has AVX512-BF16)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86 flags")
+    built = subprocess.run(["g++", *COMMON, *flags, "-S", str(CSRC / "core" / "packed_linear.cpp"),
+                            "-o", str(tmp_path / "packed.s")], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    assert "vdpbf16ps" in (tmp_path / "packed.s").read_text()

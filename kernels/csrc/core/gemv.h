@@ -21,9 +21,10 @@ struct LinearArgs {
 };
 
 // Packed bf16 weight: panels of 16 rows, [ceil(N/16)][ceil(K/2)][16 rows][2 k] (zero padded), so one
-// 64-byte load holds a k-pair of 16 output rows: the AVX512-BF16 path broadcasts a token's k-pair and
-// accumulates 16 outputs per VDPBF16PS without horizontal sums. Other ISAs read it with a plain loop
-// (correct, slow): pack only where packed_native() says so.
+// 64-byte load holds a k-pair of 16 output rows: core/packed_linear.cpp broadcasts a token's k-pair and
+// accumulates 16 outputs per pair-dot (VDPBF16PS on AVX512-BF16, four BFDOTs on NEON with bf16) without
+// horizontal sums. Elsewhere a portable loop reads the panels (correct, slow): pack only where
+// linear_packed_native() says so.
 bool linear_packed_native();
 // fp32 accumulation; the result is rounded to the dtype once, like torch's linear.
 void linear_small_m(const LinearArgs& a, const Runtime& rt);

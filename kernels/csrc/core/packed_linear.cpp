@@ -1,0 +1,108 @@
+// Packed bf16 panels, written once against vec/panel.h: a block is kPanels panels (16 output rows each) x
+// kTokens tokens of accumulators; per k-pair it loads each panel's 64 bytes once and pair-dots them against
+// every token's broadcast x pair. Each output's operations depend on K alone (see panel.h), so rows are the
+// same bits whatever M, the block shape or the thread split (issue 16).
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "../vec/vec.h"  // the intrinsics headers, before the pragma (their inline functions keep their options)
+
+// No compiler-chosen fused multiply-adds (as in gemv.cpp): the scalar panel's operations are the ones written.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "../vec/panel.h"
+#include "packed_linear.h"
+
+namespace llmchat {
+namespace {
+
+constexpr int kPanel = 16;
+
+inline int64_t pairs_of(int64_t k) { return (k + 1) / 2; }
+
+// The k-pair (x[2j], x[2j+1]) of one token as a 32-bit value; an odd K ends with (x[K-1], 0).
+inline uint32_t x_pair(const bf16_t* x, int64_t j, int64_t K) {
+  const uint16_t lo = x[2 * j].bits, hi = 2 * j + 1 < K ? x[2 * j + 1].bits : 0;
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+
+// Calls f(std::integral_constant<int, c>) for a runtime count c in [1, N]: the tail blocks' shapes.
+template <int N, typename F>
+void with_count(int64_t c, F&& f) {
+  if constexpr (N > 1) {
+    if (c < N) return with_count<N - 1>(c, f);
+  }
+  f(std::integral_constant<int, N>{});
+}
+
+// out[m0 + t, 16 (p0 + q) + r] for NP panels from p0 and MT tokens from m0.
+template <int NP, int MT>
+void packed_block(const LinearArgs& a, int64_t p0, int64_t m0) {
+  using namespace panel;
+  const int64_t K = a.k, kp = pairs_of(K), full_pairs = K / 2, panel_elems = kp * 2 * kPanel;
+  const bf16_t* P = static_cast<const bf16_t*>(a.weight) + p0 * panel_elems;
+  const bf16_t* X = static_cast<const bf16_t*>(a.x) + m0 * a.x_stride;
+  PanelAcc acc[MT][NP];
+  for (int t = 0; t < MT; ++t)
+    for (int q = 0; q < NP; ++q) acc[t][q] = acc_zero();
+  // One k-pair: NP weight loads, then per token a broadcast pair and NP pair-dots.
+  auto pair_step = [&](int64_t j, auto&& x_of) {
+    PanelWeights w[NP];
+    for (int q = 0; q < NP; ++q) w[q] = load_weights(P + q * panel_elems + j * 2 * kPanel);
+    for (int t = 0; t < MT; ++t) {
+      const XPair xb = broadcast_pair(x_of(t));
+      for (int q = 0; q < NP; ++q) acc[t][q] = pair_dot(acc[t][q], w[q], xb);
+    }
+  };
+  for (int64_t j = 0; j < full_pairs; ++j)
+    pair_step(j, [&](int t) {
+      uint32_t xp;
+      std::memcpy(&xp, X + t * a.x_stride + 2 * j, 4);
+      return xp;
+    });
+  if (full_pairs < kp) pair_step(full_pairs, [&](int t) { return x_pair(X + t * a.x_stride, full_pairs, K); });
+  const bf16_t* bias = static_cast<const bf16_t*>(a.bias);
+  bf16_t* out = static_cast<bf16_t*>(a.out) + m0 * a.out_stride;
+  for (int q = 0; q < NP; ++q) {
+    const int64_t n0 = (p0 + q) * kPanel;
+    const RowMask mask = row_mask(int(std::min<int64_t>(kPanel, a.n - n0)));
+    const PanelAcc b = bias ? load_bias(bias + n0, mask) : acc_zero();  // no bias adds zero: one sequence
+    for (int t = 0; t < MT; ++t) store_rounded(out + t * a.out_stride + n0, add(acc[t][q], b), mask);
+  }
+}
+
+// Every token of the step against panels [p0, p0 + NP): full token blocks, then one shorter block.
+template <int NP>
+void packed_panels(const LinearArgs& a, int64_t p0) {
+  int64_t m = 0;
+  for (; m + panel::kTokens <= a.m; m += panel::kTokens) packed_block<NP, panel::kTokens>(a, p0, m);
+  if (m < a.m) with_count<panel::kTokens>(a.m - m, [&](auto mt) { packed_block<NP, decltype(mt)::value>(a, p0, m); });
+}
+
+}  // namespace
+
+void run_packed(const LinearArgs& a, const Runtime& rt) {
+  const int64_t panels = (a.n + kPanel - 1) / kPanel;
+  const int64_t groups = (panels + panel::kPanels - 1) / panel::kPanels;
+  // Enough groups per task to amortise scheduling, but every thread gets panels to stream.
+  const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
+  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, 16384 / std::max<int64_t>(1, a.k * kPanel)));
+  rt.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t p0 = g * panel::kPanels;
+      with_count<panel::kPanels>(std::min<int64_t>(panel::kPanels, panels - p0),
+                                 [&](auto np) { packed_panels<decltype(np)::value>(a, p0); });
+    }
+  });
+}
+
+bool linear_packed_native() { return panel::kNative; }
+
+const char* packed_isa_name() { return panel::kIsa; }
+
+}  // namespace llmchat
