@@ -5,8 +5,9 @@ step reuses it from cache; output rows are split across torch's threads. For lar
 blocked GEMM (oneDNN) is the better tool.
 
 bf16 weights can be packed once at load (`pack_linear_weight`) into panels of 16 output rows,
-[ceil(N/16), ceil(K/2), 32]: on CPUs with AVX512-BF16 the kernel then runs one VDPBF16PS per 16 outputs
-and k-pair with no horizontal sums. `packed_native()` says whether packing pays off here.
+[ceil(N/16), ceil(K/2), 32]: the kernel then runs one pair-dot per 16 outputs and k-pair with no horizontal
+sums, VDPBF16PS on x86 with AVX512-BF16, four BFDOTs on ARM with bf16 (Graviton 3/4, Apple M2 and later).
+`packed_native()` says whether packing pays off here.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def linear_small_m(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 
 def packed_native() -> bool:
-    """True when this build has the native packed bf16 kernel (elsewhere packed weights run a slow loop)."""
+    """True when this build has a native packed bf16 kernel: AVX512-BF16 on x86, NEON with bf16 on ARM
+    (elsewhere packed weights run a slow portable loop, so the engine keeps them dense)."""
     require()
     return bool(torch.ops.llmchat.linear_packed_native())
 
