@@ -18,8 +18,9 @@ With the kernels backend (`finalize(kernels=...)`), steps of at most `small_m_ma
 path above, which stays the oracle. Deterministic (`finalize(deterministic=True)`, the engine's default): every
 step size runs linear_small_m, whose output rows each take one fixed sequence of operations set by K alone
 (threads split the weight rows, never K), so a token's projection is the same bits in a decode step, a batch
-or a prefill chunk; the library GEMM blocks K by M and thread count and gives no such promise. Where bf16 weights pack into 16-row panels (AVX512-BF16), the panels run
-every step size and are the only copy of the weight kept (a tied lm_head keeps the shared dense tensor).
+or a prefill chunk; the library GEMM blocks K by M and thread count and gives no such promise. Where bf16 weights
+pack into 16-row panels (`kernels.packed_native()`: AVX512-BF16, ARM with bf16), the panels run every step size
+and are the only copy of the weight kept (a tied lm_head keeps the shared dense tensor).
 
 Quantized weights (GGUF files, `--quantize`): each fused slice is a `QuantWeight` set with `set_quantized`;
 `weight` is then None and every step size runs `kernels.quant_linear` (integer block dots), consecutive
