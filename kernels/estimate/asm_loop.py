@@ -24,6 +24,9 @@ INT_MACS = [
     (re.compile(r"^(sdot|udot|usdot|sudot)\s+z\d+\.s"), "sve16"),
     (re.compile(r"^(smmla|ummla|usmmla)\s+z\d+\.s"), "sve32"),
 ]
+# A lone token through a 2-token instruction (our decode on i8mm: SMMLA with the token paired with a copy of
+# itself): half of its multiply-accumulates are padding, so it counts the useful half.
+INT_ONE_TOKEN = [(INT_MACS[1][0], 16), *(e for i, e in enumerate(INT_MACS) if i != 1)]
 # llama.cpp's bf16 dot on ARM multiplies in fp32 and adds in double one product at a time: its work is the fmul.
 MUL_MACS = [(re.compile(r"^fmul\s+v\d+\.4s"), 4), (re.compile(r"^fmul\s+s\d+"), 1)]  # gcc leaves it scalar
 FLOAT_MACS = [
@@ -81,7 +84,7 @@ def function_body(asm: str, name: str) -> list[str]:
 
 
 def macs_of(instruction: str, kind: str, sve_bits: int = 128) -> int:
-    for pattern, macs in {"int": INT_MACS, "float": FLOAT_MACS, "mul": MUL_MACS}[kind]:
+    for pattern, macs in {"int": INT_MACS, "int1": INT_ONE_TOKEN, "float": FLOAT_MACS, "mul": MUL_MACS}[kind]:
         if pattern.match(instruction):
             return int(macs[3:]) * sve_bits // 128 if isinstance(macs, str) else macs
     return 0
@@ -211,7 +214,8 @@ def callees(body: list[str]) -> list[str]:
 def hot_loop(asm: str, name: str, kind: str, sve_bits: int = 128, depth: int = 3, decode=None, want: str = "",
              avoid: str = "") -> Loop:
     """The hot loop of `name` or of what it calls, `depth` calls deep (an est_* wrapper calls the kernel's
-    tile function); `kind` "int", "float" or "mul" says which instructions are the work. decode(words) turns
+    tile function); `kind` "int", "int1" (int for one token: SMMLA's padded token is not work), "float" or "mul"
+    says which instructions are the work. decode(words) turns
     `.inst 0x...` words (inline asm spelling out newer instructions) into assembly text. want / avoid: regexes
     a loop's instructions must / must not match (to pick one of a function's code paths)."""
     best, seen, todo = None, set(), [(name, 0)]

@@ -21,7 +21,7 @@ class LoopSpec:
     name: str           # what the column shows
     source: str         # ours: a file in csrc/; llama.cpp: a path under its ggml/src/ggml-cpu (or ours: prefix)
     function: str
-    kind: str = "int"   # "int", "float" or "mul" (asm_loop.macs_of)
+    kind: str = "int"   # "int", "int1", "float" or "mul" (asm_loop.macs_of)
     want: str = ""      # regex the loop must contain (one code path of a function with several)
     avoid: str = ""
     needs: frozenset = frozenset()  # core features the path needs ("i8mm", "bf16"); otherwise not run there
@@ -29,9 +29,11 @@ class LoopSpec:
 
 
 OURS = [
-    LoopSpec("Q4_0 GEMV (decode)", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q4_0_decode"),
+    # SDOT tiles; on cores with i8mm the engine's SMMLA tiles (2 rows x 2 tokens an instruction), for decode
+    # too, its one token paired with a copy of itself ("int1": the copy's MACs are not counted).
+    LoopSpec("Q4_0 GEMV (decode)", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q4_0_decode", "int1"),
     LoopSpec("Q4_0 GEMM (prefill)", "llmchat", "tile 4x4", "quant_loops.cpp", "est_q4_0_prefill"),
-    LoopSpec("Q8_0 GEMV (decode)", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q8_0_decode"),
+    LoopSpec("Q8_0 GEMV (decode)", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q8_0_decode", "int1"),
     LoopSpec("Q8_0 GEMM (prefill)", "llmchat", "tile 4x4", "quant_loops.cpp", "est_q8_0_prefill"),
     LoopSpec("bf16 GEMV (decode and prefill)", "llmchat", "4 rows", "gemv_loops.cpp", "est_gemv_bf16", "float"),
     LoopSpec("fp32 GEMV", "llmchat", "4 rows", "gemv_loops.cpp", "est_gemv_f32", "float"),

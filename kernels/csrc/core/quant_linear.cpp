@@ -59,6 +59,18 @@ struct Factors {
     if constexpr (HALF) return qdot::pair_scale_half(static_cast<const uint16_t*>(p) + i);
     else return qdot::pair_scale(static_cast<const float*>(p) + i);
   }
+#if defined(LLMCHAT_QDOT_PAIR_TILES)
+  template <class E> static const E* as(const void* p, int64_t i) { return static_cast<const E*>(p) + i; }
+  // Factors i and i + 1 of rows at i0 and i1 (a pair's two blocks, or a block's two halves), for a 2x2 tile.
+  static qdot::QScale4 rows_pair(const void* p, int64_t i0, int64_t i1) {
+    if constexpr (HALF) return qdot::row_pair_factors(as<uint16_t>(p, i0), as<uint16_t>(p, i1));
+    else return qdot::row_pair_factors(as<float>(p, i0), as<float>(p, i1));
+  }
+  static qdot::QScale4 rows_block(const void* p, int64_t i0, int64_t i1) {
+    if constexpr (HALF) return qdot::row_block_factors(as<uint16_t>(p, i0), as<uint16_t>(p, i1));
+    else return qdot::row_block_factors(as<float>(p, i0), as<float>(p, i1));
+  }
+#endif
   static float dot(const void* p, int64_t i, const float* b, int64_t n) {
     if constexpr (HALF) return qdot::dot_half_f32(static_cast<const uint16_t*>(p) + i, b, n);
     else return qdot::dot_f32(static_cast<const float*>(p) + i, b, n);
@@ -181,25 +193,26 @@ void pair_tile(const QuantWeightView& w, const Src& src, int64_t n0, int rows, c
     auto pair = [&](int64_t b, auto single) {
       constexpr bool kSingle = decltype(single)::value;
       qdot::QBlock2 a0[TP], a1[TP];
-      float d[T][2];
+      qdot::QScale4 d[TP];
       for (int j = 0; j < TP; ++j) {
-        const qdot::QActs p = qdot::load_pair_acts(x.q + tok[2 * j] * x.row + 32 * b);
-        const qdot::QActs q = qdot::load_pair_acts(x.q + tok[2 * j + 1] * x.row + 32 * b);
+        const int64_t t0 = tok[2 * j], t1 = tok[2 * j + 1];
+        const qdot::QActs p = qdot::load_pair_acts(x.q + t0 * x.row + 32 * b);
+        const qdot::QActs q = qdot::load_pair_acts(x.q + t1 * x.row + 32 * b);
         a0[j] = qdot::block2(p, q, true), a1[j] = qdot::block2(p, q, false);
+        d[j] = qdot::token_pair_factors(x.d + t0 * x.blocks + b, x.d + t1 * x.blocks + b);  // padded: d = 0 past the last block
       }
-      for (int t = 0; t < T; ++t)  // padded: d = 0 past the last block
-        d[t][0] = x.d[tok[t] * x.blocks + b], d[t][1] = x.d[tok[t] * x.blocks + b + 1];
       for (int i = 0; i < RP; ++i) {
         const QPair p = src.template get<kSingle>(row[2 * i], b), q = src.template get<kSingle>(row[2 * i + 1], b);
         const qdot::QBlock2 w0 = qdot::block2(p, q, true), w1 = qdot::block2(p, q, false);
-        float s[2][2];
-        for (int h = 0; h < 2; ++h) {
-          const int64_t at = row[2 * i + h] * nb + b;
-          s[h][0] = Factors<HALF>::at(w.scales, at);
-          s[h][1] = kSingle ? 0.f : Factors<HALF>::at(w.scales, at + 1);
+        const int64_t at0 = row[2 * i] * nb + b, at1 = row[2 * i + 1] * nb + b;
+        qdot::QScale4 ws;
+        if constexpr (kSingle) {  // the row's odd last block: no factor at b + 1
+          const float last[2][2] = {{Factors<HALF>::at(w.scales, at0), 0.f}, {Factors<HALF>::at(w.scales, at1), 0.f}};
+          ws = qdot::row_pair_factors(last[0], last[1]);
+        } else {
+          ws = Factors<HALF>::rows_pair(w.scales, at0, at1);
         }
-        for (int j = 0; j < TP; ++j)
-          acc[i][j] = qdot::mma_pair(acc[i][j], w0, a0[j], w1, a1[j], qdot::tile_scale(s[0], s[1], d[2 * j], d[2 * j + 1]));
+        for (int j = 0; j < TP; ++j) acc[i][j] = qdot::mma_pair(acc[i][j], w0, a0[j], w1, a1[j], qdot::qmul4(ws, d[j]));
       }
     };
     const int64_t whole = nb - nb % 2;
@@ -209,24 +222,20 @@ void pair_tile(const QuantWeightView& w, const Src& src, int64_t n0, int rows, c
     const int8_t* values = static_cast<const int8_t*>(w.values);
     for (int64_t b = 0; b < nb; ++b) {
       qdot::QBlock2 a[TP];
-      float d[T][2];
-      for (int j = 0; j < TP; ++j)
-        a[j] = qdot::block2(qdot::load32(x.q + tok[2 * j] * x.row + 32 * b), qdot::load32(x.q + tok[2 * j + 1] * x.row + 32 * b));
-      for (int t = 0; t < T; ++t) d[t][0] = d[t][1] = x.d[tok[t] * x.blocks + b];
+      qdot::QScale4 d[TP];
+      for (int j = 0; j < TP; ++j) {
+        const int64_t t0 = tok[2 * j], t1 = tok[2 * j + 1];
+        a[j] = qdot::block2(qdot::load32(x.q + t0 * x.row + 32 * b), qdot::load32(x.q + t1 * x.row + 32 * b));
+        d[j] = qdot::token_factors(x.d[t0 * x.blocks + b], x.d[t1 * x.blocks + b]);
+      }
       for (int i = 0; i < RP; ++i) {
         const qdot::QBlock2 wv = qdot::block2(qdot::load32(values + row[2 * i] * w.k + 32 * b),
                                               qdot::load32(values + row[2 * i + 1] * w.k + 32 * b));
-        float s[2][2];
-        for (int h = 0; h < 2; ++h) {
-          if constexpr (KIND == QuantKind::Q8Halves) {
-            const int64_t at = row[2 * i + h] * 2 * nb + 2 * b;
-            s[h][0] = Factors<HALF>::at(w.scales, at), s[h][1] = Factors<HALF>::at(w.scales, at + 1);
-          } else {
-            s[h][0] = s[h][1] = Factors<HALF>::at(w.scales, row[2 * i + h] * nb + b);
-          }
-        }
+        const qdot::QScale4 ws = KIND == QuantKind::Q8Halves
+                                     ? Factors<HALF>::rows_pair(w.scales, row[2 * i] * 2 * nb + 2 * b, row[2 * i + 1] * 2 * nb + 2 * b)
+                                     : Factors<HALF>::rows_block(w.scales, row[2 * i] * nb + b, row[2 * i + 1] * nb + b);
         for (int j = 0; j < TP; ++j) {
-          const qdot::QScale4 sd = qdot::tile_scale(s[0], s[1], d[2 * j], d[2 * j + 1]);
+          const qdot::QScale4 sd = qdot::qmul4(ws, d[j]);
           if constexpr (KIND == QuantKind::Q8Halves) acc[i][j] = qdot::mma_s8_halves(acc[i][j], wv, a[j], sd);
           else acc[i][j] = qdot::mma_s8(acc[i][j], wv, a[j], sd);
         }

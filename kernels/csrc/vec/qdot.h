@@ -17,6 +17,12 @@
 // kRows x kTokens: the register tile of weight rows and tokens each path computes at once.
 // Every output runs the same sequence of these calls whatever M or the thread split, so a row's result does
 // not depend on what else is in the batch.
+// Pair tiles (NEON with i8mm, qdot_neon_i8mm.h, which defines LLMCHAT_QDOT_PAIR_TILES): SMMLA gives 2 rows x
+// 2 tokens each block's whole int32 sum, where SDOT leaves 4 partial lanes, so the two round differently and
+// such a build computes every output in 2x2 tiles, for every M (a lone row or token goes with a copy of
+// itself). QAcc4 / QScale4 hold a tile's 4 outputs lane by lane; block2 interleaves a block of two rows or
+// two tokens into SMMLA operands; row_pair_factors / row_block_factors / token_(pair_)factors and qmul4 make the tile's
+// scale products; mma_s8 / mma_s8_halves / mma_pair are fma_s8 / fma_s8_halves / fma_pair_u8 for a tile.
 #pragma once
 
 #if defined(LLMCHAT_FORCE_SCALAR)

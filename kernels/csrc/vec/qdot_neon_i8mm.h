@@ -6,6 +6,7 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 
 // Tells quant_linear.cpp to compute every output in 2 rows x 2 tokens tiles (a preprocessor switch: the tile
 // code names functions only this header has).
@@ -24,14 +25,41 @@ struct QBlock2 { int8x16_t op[4]; };
 inline QAcc4 qzero4() { return {vdupq_n_f32(0.f)}; }
 inline void qstore4(float* lanes, QAcc4 a) { vst1q_f32(lanes, a.v); }
 
-// [w0 d0, w0 d1, w1 d0, w1 d1]: each lane the one product a scalar multiply gives.
-inline float32x4_t tile_factor(float w0, float w1, float d0, float d1) {
-  const float ws[4] = {w0, w0, w1, w1}, ds[4] = {d0, d1, d0, d1};
-  return vmulq_f32(vld1q_f32(ws), vld1q_f32(ds));
+// Tile factors are built from the per-row and per-token ones without leaving the vector registers:
+// rows [w0, w0, w1, w1], tokens [d0, d1, d0, d1], then one multiply: each lane the product a scalar gives.
+// Two adjacent factors (blocks b and b + 1, or a block's two halves) of two rows, as 4 lanes [r0 f0, r0 f1,
+// r1 f0, r1 f1]: lo = the first of each row, hi = the second.
+inline QScale4 row_pair_factors(float32x4_t v) { return {vtrn1q_f32(v, v), vtrn2q_f32(v, v)}; }
+inline QScale4 row_pair_factors(const float* r0, const float* r1) {
+  return row_pair_factors(vcombine_f32(vld1_f32(r0), vld1_f32(r1)));
 }
-inline QScale4 tile_scale(const float* w0, const float* w1, const float* d0, const float* d1) {
-  return {tile_factor(w0[0], w1[0], d0[0], d1[0]), tile_factor(w0[1], w1[1], d0[1], d1[1])};
+inline QScale4 row_pair_factors(const uint16_t* r0, const uint16_t* r1) {  // fp16
+  uint32_t a, b;
+  std::memcpy(&a, r0, 4), std::memcpy(&b, r1, 4);
+  return row_pair_factors(vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(uint64_t(a) | uint64_t(b) << 32))));
 }
+// One factor of each row for a whole block: lo = hi = [s0, s0, s1, s1].
+inline QScale4 row_block_factors(float32x2_t s01) {
+  const float32x4_t v = vzip1q_f32(vcombine_f32(s01, s01), vcombine_f32(s01, s01));
+  return {v, v};
+}
+inline QScale4 row_block_factors(const float* s0, const float* s1) { return row_block_factors(vset_lane_f32(*s1, vdup_n_f32(*s0), 1)); }
+inline QScale4 row_block_factors(const uint16_t* s0, const uint16_t* s1) {  // fp16
+  const uint64_t both = uint64_t(*s0) | uint64_t(*s1) << 16;
+  return row_block_factors(vget_low_f32(vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(both)))));
+}
+inline float32x4_t token_lanes(float32x2_t d01) { return vcombine_f32(d01, d01); }
+// Blocks b and b + 1 of two tokens: d0, d1 point at each token's factor of block b, b + 1 next to it.
+inline QScale4 token_pair_factors(const float* d0, const float* d1) {
+  const float32x2_t x = vld1_f32(d0), y = vld1_f32(d1);
+  return {token_lanes(vzip1_f32(x, y)), token_lanes(vzip2_f32(x, y))};
+}
+// One block (both halves) of two tokens.
+inline QScale4 token_factors(float d0, float d1) {
+  const float32x4_t v = token_lanes(vset_lane_f32(d1, vdup_n_f32(d0), 1));
+  return {v, v};
+}
+inline QScale4 qmul4(const QScale4& w, const QScale4& d) { return {vmulq_f32(w.lo, d.lo), vmulq_f32(w.hi, d.hi)}; }
 
 inline void interleave16(int8x16_t a, int8x16_t b, int8x16_t* op) {
   const int64x2_t x = vreinterpretq_s64_s8(a), y = vreinterpretq_s64_s8(b);

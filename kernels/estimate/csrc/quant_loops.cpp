@@ -1,6 +1,7 @@
 // The quantized linear's inner loops (core/quant_linear.cpp) for the estimator: quant_linear.cpp is included
 // whole so its internal templates can be named. Decode: 4 rows x 1 token, blocks unpacked in registers as
-// they stream by; prefill: 4 rows x 4 tokens over a group unpacked into int8 scratch. Q4_0 and Q8_0 as the
+// they stream by; prefill: 4 rows x 4 tokens over a group unpacked into int8 scratch. On cores with i8mm both
+// are the engine's SMMLA tiles (2 rows x 2 tokens an instruction; decode pads its token to a pair). Q4_0 and Q8_0 as the
 // engine stores them (fp16 factors, Q4_0's min as -8 x scale). Compiled to assembly only, never linked.
 #include "../../csrc/core/quant_linear.cpp"
 
@@ -8,8 +9,14 @@ namespace {
 using namespace llmchat;
 template <QuantKind KIND, int T, class Src>
 void tile_of(const void* w, const Src& src, const void* x, void* res) {
-  tile<KIND, true, 4, T>(*static_cast<const QuantWeightView*>(w), src, 0, *static_cast<const Acts*>(x), 0,
-                         static_cast<float(*)[kTok]>(res));
+  const auto& v = *static_cast<const QuantWeightView*>(w);
+  const auto& a = *static_cast<const Acts*>(x);
+  auto* out = static_cast<float(*)[kTok]>(res);
+#if defined(LLMCHAT_QDOT_PAIR_TILES)  // i8mm: SMMLA tiles, a lone decode token paired with a copy of itself
+  pair_tile<KIND, true, 4, T == 1 ? 2 : T>(v, src, 0, 4, a, 0, T, out);
+#else
+  tile<KIND, true, 4, T>(v, src, 0, a, 0, out);
+#endif
 }
 }  // namespace
 
