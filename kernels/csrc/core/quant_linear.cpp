@@ -2,6 +2,8 @@
 // register tile holds, a group's 4/5-bit blocks are unpacked once into int8 scratch and every token tile reads
 // them from L1, otherwise (decode) blocks are unpacked in registers as they stream by. Both give the same
 // integers, and each output always runs the same sequence of block dots, so results do not depend on M.
+// With i8mm (LLMCHAT_QDOT_PAIR_TILES) every output goes through 2 rows x 2 tokens SMMLA tiles instead, at
+// every M: see pair_tile.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

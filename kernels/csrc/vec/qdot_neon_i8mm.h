@@ -27,6 +27,7 @@ inline void qstore4(float* lanes, QAcc4 a) { vst1q_f32(lanes, a.v); }
 
 // Tile factors are built from the per-row and per-token ones without leaving the vector registers:
 // rows [w0, w0, w1, w1], tokens [d0, d1, d0, d1], then one multiply: each lane the product a scalar gives.
+
 // Two adjacent factors (blocks b and b + 1, or a block's two halves) of two rows, as 4 lanes [r0 f0, r0 f1,
 // r1 f0, r1 f1]: lo = the first of each row, hi = the second.
 inline QScale4 row_pair_factors(float32x4_t v) { return {vtrn1q_f32(v, v), vtrn2q_f32(v, v)}; }
