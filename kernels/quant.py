@@ -165,7 +165,7 @@ def quant_rows(w: QuantWeight, ids: torch.Tensor, dtype: torch.dtype) -> torch.T
 
 
 def quant_isa() -> str:
-    """The block-dot path compiled in: avx2, neon+dotprod, neon or scalar."""
+    """The block-dot path compiled in: avx2, neon+dotprod+i8mm (SMMLA tiles), neon+dotprod, neon or scalar."""
     require()
     return torch.ops.llmchat.quant_isa()
 
