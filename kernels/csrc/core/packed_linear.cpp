@@ -68,10 +68,14 @@ void packed_block(const LinearArgs& a, int64_t p0, int64_t m0) {
   if (full_pairs < kp) pair_step(full_pairs, [&](int t) { return x_pair(X + t * a.x_stride, full_pairs, K); });
   const bf16_t* bias = static_cast<const bf16_t*>(a.bias);
   bf16_t* out = static_cast<bf16_t*>(a.out) + m0 * a.out_stride;
+  // Unrolled so every acc index is a constant: clang otherwise keeps acc in memory and stores each
+  // accumulator on every k-pair of the hot loop.
+#pragma GCC unroll 16
   for (int q = 0; q < NP; ++q) {
     const int64_t n0 = (p0 + q) * kPanel;
     const RowMask mask = row_mask(int(std::min<int64_t>(kPanel, a.n - n0)));
     const PanelAcc b = bias ? load_bias(bias + n0, mask) : acc_zero();  // no bias adds zero: one sequence
+#pragma GCC unroll 16
     for (int t = 0; t < MT; ++t) store_rounded(out + t * a.out_stride + n0, add(acc[t][q], b), mask);
   }
 }

@@ -13,9 +13,10 @@ namespace llmchat::panel {
 
 inline constexpr const char* kIsa = "neon+bf16";
 inline constexpr bool kNative = true;
-// 32 q registers: 6 tokens x 4 accumulators + 4 weights + 1 broadcast. One panel a block keeps six tokens
-// on each weight load (multi-session decode); one token still has four independent BFDOT chains.
-inline constexpr int kPanels = 1, kTokens = 6;
+// 32 q registers: 2 panels x 2 tokens x 4 accumulators + 8 weights + 1 broadcast. Two panels give a lone
+// decode token eight independent BFDOT chains (one panel's four leave it latency-bound); llvm-mca put 2x2 at
+// or near the best cycles per MAC of the shapes that fit on Neoverse V1/N2 and Apple M2 (kernels/estimate).
+inline constexpr int kPanels = 2, kTokens = 2;
 
 struct PanelAcc { float32x4_t q[4]; };
 struct PanelWeights { bfloat16x8_t q[4]; };
