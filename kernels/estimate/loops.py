@@ -37,6 +37,11 @@ OURS = [
     LoopSpec("Q8_0 GEMM (prefill)", "llmchat", "tile 4x4", "quant_loops.cpp", "est_q8_0_prefill"),
     LoopSpec("bf16 GEMV (decode and prefill)", "llmchat", "4 rows", "gemv_loops.cpp", "est_gemv_bf16", "float"),
     LoopSpec("fp32 GEMV", "llmchat", "4 rows", "gemv_loops.cpp", "est_gemv_f32", "float"),
+    # Where the core has bf16 the engine packs bf16 weights into 16-row panels (core/packed_linear.cpp, BFDOT).
+    LoopSpec("bf16 packed panels, 1 token", "llmchat", "BFDOT panels", "packed_loops.cpp", "est_packed_bf16_decode",
+             "float", needs=frozenset({"bf16"})),
+    LoopSpec("bf16 packed panels, token block", "llmchat", "BFDOT panels", "packed_loops.cpp", "est_packed_bf16_batch",
+             "float", needs=frozenset({"bf16"})),
     LoopSpec("attention QK, D=64", "llmchat", "bf16 cache", "attention_loops.cpp", "est_qk_d64", "float"),
     LoopSpec("attention QK, D=128", "llmchat", "bf16 cache", "attention_loops.cpp", "est_qk_d128", "float"),
     LoopSpec("attention P.V, D=64", "llmchat", "bf16 cache", "attention_loops.cpp", "est_pv_d64", "float"),
