@@ -15,6 +15,7 @@ KERNEL_SOURCES = [  # the torch-free core (one file per kernel family) + the tor
     "kernels/csrc/core/elementwise.cpp",
     "kernels/csrc/core/gemv.cpp",
     "kernels/csrc/core/packed_linear.cpp",
+    "kernels/csrc/core/amx_linear.cpp",
     "kernels/csrc/core/lora.cpp",
     "kernels/csrc/core/decoder_stack.cpp",
     "kernels/csrc/core/quant_linear.cpp",

@@ -5,7 +5,7 @@ Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are 
 `available()` tells whether the extension was built and loaded; `isa()` which vector path it runs.
 """
 from ._loader import available, isa, load_error
-from .linear import linear_small_m, pack_linear_weight, packed_native, packed_rows
+from .linear import linear_small_m, pack_linear_weight, packed_isa, packed_native, packed_rows
 from .lora import lora_apply, pack_lora_b
 from .quant import QuantWeight, quant_isa, quant_linear, quant_rows
 from .ops import (
@@ -46,6 +46,7 @@ __all__ = [
     "quant_isa",
     "quant_linear",
     "quant_rows",
+    "packed_isa",
     "packed_native",
     "packed_rows",
     "paged_attention",

@@ -7,7 +7,8 @@ blocked GEMM (oneDNN) is the better tool.
 bf16 weights can be packed once at load (`pack_linear_weight`) into panels of 16 output rows,
 [ceil(N/16), ceil(K/2), 32]: the kernel then runs one pair-dot per 16 outputs and k-pair with no horizontal
 sums, VDPBF16PS on x86 with AVX512-BF16, four BFDOTs on ARM with bf16 (Graviton 3/4, Apple M2 and later).
-`packed_native()` says whether packing pays off here.
+Where the CPU has AMX (Sapphire Rapids and later), the same panels are the B tiles of TDPBF16PS for every step
+size. `packed_native()` says whether packing pays off here, `packed_isa()` which path runs them.
 """
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ def packed_native() -> bool:
     (elsewhere packed weights run a slow portable loop, so the engine keeps them dense)."""
     require()
     return bool(torch.ops.llmchat.linear_packed_native())
+
+
+def packed_isa() -> str:
+    """What runs packed panels here: "avx512+bf16+amx" (AMX tiles), "avx512+bf16", "neon+bf16" or "scalar"."""
+    require()
+    return str(torch.ops.llmchat.packed_isa())
 
 
 def pack_linear_weight(weight: torch.Tensor) -> torch.Tensor:

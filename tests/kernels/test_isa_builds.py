@@ -36,7 +36,8 @@ VARIANTS = {
     # compile and pass with it too, not only with gcc
     "neon+bf16 (clang)": ("clang++", ["--target=aarch64-linux-gnu", "-march=armv8.6-a+bf16"], QEMU, "neon+bf16"),
 }
-NATIVE_X86 = {"avx512", "avx2", "scalar"}
+# x86 variant: the /proc/cpuinfo flag it needs (the AMX ones are test_linear_isa_builds.py's)
+NATIVE_X86 = {"avx512": "avx512bw", "avx2": "avx2", "scalar": "", "amx (emulated)": "avx2", "amx": "amx_bf16"}
 TOOLS = {"g++": "g++", "aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu", "qemu-aarch64": "qemu-user", "clang++": "clang"}
 
 
@@ -47,8 +48,7 @@ def host_runs(name: str) -> bool:
     if platform.machine() not in ("x86_64", "AMD64"):
         return False
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    need = {"avx512": "avx512bw", "avx2": "avx2", "scalar": ""}[name]
-    return need in flags
+    return NATIVE_X86[name] == "" or NATIVE_X86[name] in flags.split()
 
 
 def build_and_run(name: str, out_dir: Path, sources: list[str], variants: dict | None = None) -> subprocess.CompletedProcess:

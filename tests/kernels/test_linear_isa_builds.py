@@ -2,8 +2,9 @@
 built natively (AVX-512+BF16 / AVX-512 / AVX2 / scalar) and cross-compiled for AArch64 NEON(+BF16), run under
 qemu -cpu max, checked against a plain loop (dense fp32/fp16/bf16 and packed bf16) with packed rows
 bit-identical whatever M or the thread split. Each variant must report the panel instance of vec/panel.h it
-ran: BFDOT on NEON+BF16, VDPBF16PS where AVX512-BF16 is there, the portable panel elsewhere. A missing
-toolchain fails."""
+ran: BFDOT on NEON+BF16, VDPBF16PS where AVX512-BF16 is there, the portable panel elsewhere, and AMX tiles
+(core/amx_linear.cpp) on an emulation of the tiles everywhere on x86 and on the real tiles where the host has
+them. A missing toolchain fails."""
 from __future__ import annotations
 
 import platform
@@ -21,14 +22,18 @@ LINEAR_VARIANTS = {name: (cc, flags, QEMU_MAX if runner else runner, isa)
                    for name, (cc, flags, runner, isa) in VARIANTS.items()}
 # variant: the panel instance it must run (None: the one the built extension runs)
 PACKED = {"native": None, "avx512": "scalar", "avx2": "scalar", "scalar": "scalar", "neon+bf16": "neon+bf16",
-          "neon": "scalar", "neon+bf16 (clang)": "neon+bf16"}
+          "neon": "scalar", "neon+bf16 (clang)": "neon+bf16", "amx (emulated)": "amx (emulated)",
+          "amx": "avx512+bf16+amx"}
+LINEAR_VARIANTS.update({
+    # the tile kernel's blocking, tails and zero padding, on an emulation that faults where the hardware would
+    "amx (emulated)": ("g++", ["-DLLMCHAT_EMULATE_AMX", "-mavx2", "-mfma", "-mf16c"], [], "avx2"),
+    "amx": ("g++", ["-march=sapphirerapids"], [], "avx512+bf16"),  # the real tiles, on a host that has them
+})
 AVX512_BF16_FLAGS = [["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"], ["-march=sapphirerapids"]]
 
 
 def native_packed_isa() -> str:
-    if not K.packed_native():
-        return "scalar"
-    return "neon+bf16" if platform.machine() in ("aarch64", "arm64") else "avx512+bf16"
+    return K.packed_isa()
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,7 @@ def results(tmp_path_factory):
     return build_all_variants(tmp_path_factory.mktemp("gemv-isa-builds"), SOURCES, LINEAR_VARIANTS)
 
 
-@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("name", list(LINEAR_VARIANTS))
 def test_linear_small_m_matches_plain_loop(results, name):
     assert_variant_passed(results, name, LINEAR_VARIANTS)
     assert f"packed={PACKED[name] or native_packed_isa()}\n" in results[name].stdout
@@ -52,3 +57,17 @@ def test_avx512_bf16_panels_compile(tmp_path, flags):
                             "-o", str(tmp_path / "packed.s")], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     assert "vdpbf16ps" in (tmp_path / "packed.s").read_text()
+
+
+def test_amx_tiles_compile(tmp_path):
+    """The AMX tile kernel compiles to TDPBF16PS on any x86 host with gcc and clang, also one that cannot run
+    it (the "amx" variant runs it where the host has the tiles)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86 flags")
+    for compiler in ("g++", "clang++"):
+        asm = tmp_path / f"amx-{compiler}.s"
+        built = subprocess.run([compiler, *COMMON, "-march=sapphirerapids", "-S", str(CSRC / "core" / "amx_linear.cpp"),
+                                "-o", str(asm)], capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr
+        text = asm.read_text()
+        assert "tdpbf16ps" in text and "ldtilecfg" in text and "tilerelease" in text, compiler

@@ -16,6 +16,7 @@
 #endif
 
 #include "../vec/panel.h"
+#include "amx_linear.h"
 #include "packed_linear.h"
 
 namespace llmchat {
@@ -91,6 +92,7 @@ void packed_panels(const LinearArgs& a, int64_t p0) {
 }  // namespace
 
 void run_packed(const LinearArgs& a, const Runtime& rt) {
+  if (amx_ready()) return run_packed_amx(a, rt);  // every step size, so rows keep their bits whatever M
   const int64_t panels = (a.n + kPanel - 1) / kPanel;
   const int64_t groups = (panels + panel::kPanels - 1) / panel::kPanels;
   // Enough groups per task to amortise scheduling, but every thread gets panels to stream.
@@ -105,8 +107,8 @@ void run_packed(const LinearArgs& a, const Runtime& rt) {
   });
 }
 
-bool linear_packed_native() { return panel::kNative; }
+bool linear_packed_native() { return panel::kNative || amx_ready(); }
 
-const char* packed_isa_name() { return panel::kIsa; }
+const char* packed_isa_name() { return amx_ready() ? amx_path_name() : panel::kIsa; }
 
 }  // namespace llmchat

@@ -2,7 +2,10 @@
 // op lives in its own files next to bindings.cpp.
 #include <torch/library.h>
 
+#include <string>
+
 #include "../core/gemv.h"
+#include "../core/packed_linear.h"
 #include "checks.h"
 
 namespace llmchat::binding {
@@ -50,6 +53,7 @@ void linear_small_m_op(const at::Tensor& x, const at::Tensor& weight, const std:
 }
 
 bool linear_packed_native_op() { return linear_packed_native(); }
+std::string packed_isa_op() { return packed_isa_name(); }
 
 }  // namespace
 }  // namespace llmchat::binding
@@ -57,6 +61,7 @@ bool linear_packed_native_op() { return linear_packed_native(); }
 TORCH_LIBRARY_FRAGMENT(llmchat, m) {
   m.def("linear_small_m(Tensor x, Tensor weight, Tensor? bias, Tensor(a!) out) -> ()");
   m.def("linear_packed_native() -> bool", &llmchat::binding::linear_packed_native_op);
+  m.def("packed_isa() -> str", &llmchat::binding::packed_isa_op);
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) { m.impl("linear_small_m", &llmchat::binding::linear_small_m_op); }
