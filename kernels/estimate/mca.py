@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -59,12 +60,13 @@ def compile_to_asm(source: Path, mcpu: str, includes: list[Path], compiler: str 
     cxx = source.suffix in (".cpp", ".cc")
     cmd = [*compiler_command(compiler, cxx), "-O3", f"-mcpu={mcpu}", "-S", *(["-std=c++17"] if cxx else ["-std=c11"]),
            *[f"-I{p}" for p in includes]]
-    deps = [source, *sorted(p for d in includes for p in d.glob("**/*.h"))]
+    # the loop sources include kernel .cpp files too: an edit to either must not reuse a stale estimate
+    deps = [source, *sorted(p for d in includes for pattern in ("**/*.h", "**/*.cpp") for p in d.glob(pattern))]
     key = hashlib.sha256(" ".join(cmd).encode() + b"".join(p.read_bytes() for p in deps if p.is_file())).hexdigest()[:20]
     out = CACHE / f"{source.stem}-{key}.s"
     if not out.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp.s")
+        tmp = out.with_name(f"{out.stem}.{os.getpid()}.tmp.s")   # two runs at once must not share a temp file
         proc = subprocess.run([*cmd, "-o", str(tmp), str(source)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"compiling {source} for {mcpu} failed:\n{proc.stderr[-3000:]}")

@@ -10,7 +10,7 @@ from model_harness import make_runner
 from tiny_models import make_model
 
 
-@pytest.mark.skipif(not K.packed_native(), reason="bf16 panels need AVX512-BF16 (packed_native)")
+@pytest.mark.skipif(not K.packed_native(), reason="bf16 panels need a bf16 pair-dot: AVX512-BF16, AMX or NEON bf16 (packed_native)")
 def test_panels_share_one_huge_page_buffer_and_the_kv_cache_is_aligned(tmp_path):
     runner = make_runner(make_model(tmp_path / "m", "llama", tie_word_embeddings=True), backend="kernels",
                          dtype="bfloat16")
