@@ -13,7 +13,8 @@
 #include <cstdlib>
 #define LLMCHAT_HAS_AMX 1
 #define LLMCHAT_AMX_EMULATED 1
-#elif defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#elif defined(__x86_64__) && defined(__AVX512BF16__) && \
+    ((defined(__AMX_TILE__) && defined(__AMX_BF16__)) || (defined(__AMXTILE__) && defined(__AMXBF16__)))  // gcc, clang
 #include <immintrin.h>
 #define LLMCHAT_HAS_AMX 1
 #endif
