@@ -242,7 +242,7 @@ def format_report(r: dict) -> str:
     single = r.get("single_ttft")
     if single:
         lines.append(f"TTFT of a lone request, median of {single['samples']}: in-process {single['engine_ms']:.2f} ms, "
-                     f"HTTP {single['http_ms']:.2f} ms (+{single['http_extra_ms']:.2f} ms; a bare HTTP/1.1 client)")
+                     f"HTTP {single['http_ms']:.2f} ms ({single['http_extra_ms']:+.2f} ms; a bare HTTP/1.1 client)")
     return "\n".join(lines)
 
 
