@@ -221,14 +221,7 @@ void run_packed_amx(const LinearArgs& a, const Runtime& rt) {
 #else  // no AMX in this build
 
 namespace llmchat {
-const char* amx_path_name() {
-#if defined(LLMCHAT_AMX_EMULATED)
-  return "amx (emulated)";
-#else
-  return "avx512+bf16+amx";
-#endif
-}
-
+const char* amx_path_name() { return ""; }
 bool amx_ready() { return false; }
 void run_packed_amx(const LinearArgs&, const Runtime&) {}
 }  // namespace llmchat
