@@ -1,8 +1,9 @@
 """Register a GGUF file in place: metadata -> config.json, tokenizer, chat template, generation config, and
 gguf.json pointing at the file (engine/model_loader.py reads its weights, quantized, from there).
 
-Everything is checked before anything is written (architecture, tensor types), and the folder
-appears in the library only when complete.
+Everything is checked before anything is written (architecture, tensor types, tensor shapes), and the folder
+appears in the library only when complete. The checks, the metadata files and the staging folder are shared
+with `--dequantize` (gguf_import.py), which writes safetensors instead of gguf.json.
 """
 from __future__ import annotations
 
@@ -40,14 +41,16 @@ def quant_label(reader) -> str:
     return max(types, key=types.get) if types else "F32"
 
 
-def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, reader, stem: str) -> None:
-    """config.json, tokenizer files and generation_config.json from the GGUF metadata, into `out`."""
+def write_metadata(path: Path, out: Path, dtype: str | None, reader, stem: str) -> None:
+    """config.json, tokenizer files and generation_config.json from the GGUF metadata, into `out`; dtype: the
+    config's dtype (None: the engine chooses). Raises GGUFError if a tensor does not fit the config."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     from llmchat.engine.quant.gguf_tensors import field
 
     from .gguf_config import FAMILY_ARCHS, family_config
     arch = field(reader, "general.architecture")
+    head_dim = field(reader, f"{arch}.attention.key_length")
     config = family_config(reader, arch)
     if config is None:
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -56,8 +59,7 @@ def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, rea
     config.architectures = [ARCHITECTURES.get(config.model_type) or ARCHITECTURES[arch]]   # a llama file may be mistral
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    # activations and KV cache (weights stay quantized); "auto" leaves it to the engine: bf16 where the CPU has it
-    config.dtype = None if dtype == "auto" else dtype
+    config.dtype = dtype
     config.save_pretrained(out)
     written = json.loads((out / "config.json").read_text())
     written["_name_or_path"] = base_name(stem)
@@ -77,22 +79,11 @@ def _metadata_files(path: Path, out: Path, dtype: str, head_dim: int | None, rea
                      pad_token_id=getattr(config, "pad_token_id", None)).save_pretrained(out)
 
 
-def register_gguf(store, path: Path, progress=None, name: str | None = None, dtype: str = "auto"):
+def open_checked(path: Path):
+    """(reader, architecture) of a GGUF file the engine can run, checked before anything is written; a
+    StoreError with one clear line otherwise (junk, truncated, unknown architecture, unsupported type)."""
     from llmchat.engine.quant.gguf_blocks import UnsupportedTensorType
     from llmchat.engine.quant.gguf_tensors import GGUFError, check_types, field, open_reader
-
-    if dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise StoreError(f"dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
-    stem = Path(path).stem            # named by the path given (a Hub cache link resolves to a hash-named blob)
-    path = path.resolve()
-    stat = path.stat()
-    origin = {"path": str(path), "size": stat.st_size, "mtime": stat.st_mtime_ns, "in_place": True, "dtype": dtype}
-    existing = store.registry.find_origin(origin)
-    if existing is not None and name in (None, existing):
-        model = store._from_registry(existing, store.registry.load()[existing])
-        if model.supported:
-            return model  # already registered: importing the same file again is instant
-        store.registry.remove(existing)
     try:
         reader = open_reader(path)
         arch = field(reader, "general.architecture")
@@ -100,28 +91,48 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
             raise UnsupportedModelError(f"{path.name}: GGUF architecture {arch!r} cannot be used "
                                         f"(llmchat runs {', '.join(ARCHITECTURES)})")
         check_types(reader)
-        # no chat template (a base model): it registers; the engine takes raw text or a known template for it
-        # (engine/chat_templates.py), and a chat says so instead of failing
-        quant = quant_label(reader)
-        head_dim = field(reader, f"{arch}.attention.key_length")
-        num_params = sum(int(t.n_elements) for t in reader.tensors)
     except (GGUFError, UnsupportedTensorType) as exc:
         raise StoreError(str(exc)) from None
+    return reader, arch
 
+
+def origin_of(path: Path, dtype: str, **extra) -> dict:
+    """What identifies an import of this file: importing the same unchanged file again finds it."""
+    stat = path.stat()
+    return {"path": str(path), "size": stat.st_size, "mtime": stat.st_mtime_ns, **extra, "dtype": dtype}
+
+
+def previous_import(store, origin: dict, name: str | None):
+    """The library entry this same import already made, if it still works (else it is dropped)."""
+    existing = store.registry.find_origin(origin)
+    if existing is None or name not in (None, existing):
+        return None
+    model = store._from_registry(existing, store.registry.load()[existing])
+    if model.supported:
+        return model
+    store.registry.remove(existing)   # its folder is gone or broken: import again
+    return None
+
+
+def library_name(store, stem: str, name: str | None) -> str:
     taken = {m.name for m in store.list()}
     if name and name in taken:
         raise StoreError(f"a model named {name!r} already exists")
-    reg_name = name or store.registry.unique_name(stem, taken)
+    return name or store.registry.unique_name(stem, taken)
+
+
+def write_folder(store, reg_name: str, path: Path, fill) -> Path:
+    """fill(folder) into a fresh `.part` folder, then moved into place: the library only ever sees a finished
+    folder, and a failure leaves nothing behind. Errors about the file become one-line StoreErrors."""
+    from llmchat.engine.quant.gguf_tensors import GGUFError
     out = store.registry.dir / reg_name
     tmp = store.registry.dir / (reg_name + ".part")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        _metadata_files(path, tmp, dtype, head_dim, reader, stem)
-        (tmp / POINTER).write_text(json.dumps({"file": str(path), "size": stat.st_size, "quant": quant,
-                                               "num_params": num_params}, indent=2))
+        fill(tmp)
         shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)  # the library only ever sees a finished folder
+        os.replace(tmp, out)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, GGUFError):
@@ -129,7 +140,34 @@ def register_gguf(store, path: Path, progress=None, name: str | None = None, dty
         if isinstance(exc, (KeyError, ValueError, OSError)) and not isinstance(exc, StoreError):
             raise StoreError(f"{path.name}: cannot read its metadata as a model ({exc})") from None
         raise
+    return out
+
+
+def register_gguf(store, path: Path, progress=None, name: str | None = None, dtype: str = "auto"):
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise StoreError(f"dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
+    stem = Path(path).stem            # named by the path given (a Hub cache link resolves to a hash-named blob)
+    path = path.resolve()
+    origin = origin_of(path, dtype, in_place=True)
+    model = previous_import(store, origin, name)
+    if model is not None:
+        return model  # already registered: importing the same file again is instant
+    # no chat template (a base model): it registers; the engine takes raw text or a known template for it
+    # (engine/chat_templates.py), and a chat says so instead of failing
+    reader, _arch = open_checked(path)
+    quant = quant_label(reader)
+    num_params = sum(int(t.n_elements) for t in reader.tensors)
+    size = path.stat().st_size
+
+    def fill(folder: Path) -> None:
+        # activations and KV cache (weights stay quantized); "auto" leaves it to the engine: bf16 where the CPU has it
+        write_metadata(path, folder, None if dtype == "auto" else dtype, reader, stem)
+        (folder / POINTER).write_text(json.dumps({"file": str(path), "size": size, "quant": quant,
+                                                  "num_params": num_params}, indent=2))
+
+    reg_name = library_name(store, stem, name)
+    out = write_folder(store, reg_name, path, fill)
     if progress is not None:
-        progress(DownloadProgress(path.name, "done", 1, 1, stat.st_size, stat.st_size, 0.0, 0.0, True))
+        progress(DownloadProgress(path.name, "done", 1, 1, size, size, 0.0, 0.0, True))
     store.registry.add(reg_name, out, "gguf", owned=True, origin=origin)
     return store._from_registry(reg_name, {"path": str(out), "source": "gguf"})
