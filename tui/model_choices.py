@@ -40,9 +40,13 @@ def model_defaults(model: str, data_path: Path) -> dict:
 
 
 def template_source(model: str, data_path: Path) -> str:
-    """The chat template text a local model folder ships ("" for remote models, GGUF files or none)."""
+    """The chat template text of a local model: its folder's template file, or a .gguf file's metadata
+    (tokenizer.chat_template, which its library folder's template is made from). "" for remote models or none."""
     if not model or is_remote(model):
         return ""
+    gguf = Path(model).expanduser()
+    if gguf.suffix.lower() == ".gguf" and gguf.is_file():
+        return _gguf_template(gguf)    # read, not imported: looking must not register the file
     try:
         path = resolve_model(model, data_path)
         if not path.is_dir():
@@ -57,6 +61,14 @@ def template_source(model: str, data_path: Path) -> str:
         return ""
 
 
+def _gguf_template(path: Path) -> str:
+    from llmchat.engine.quant.gguf_tensors import GGUFError, field, open_reader
+    try:
+        return field(open_reader(path), "tokenizer.chat_template") or ""
+    except (GGUFError, OSError):
+        return ""
+
+
 def supports_thinking(model: str, data_path: Path) -> bool:
-    """The model's chat template has an enable_thinking switch (SmolLM3, Qwen3): F3 offers it."""
+    """The model's chat template has an enable_thinking switch (SmolLM3, Qwen3; GGUF files too): F3 offers it."""
     return "enable_thinking" in template_source(model, data_path)

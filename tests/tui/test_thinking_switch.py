@@ -1,13 +1,16 @@
 """A chat template with an enable_thinking switch (SmolLM3): F3 offers "Thinking", the switch reaches the prompt
-the engine renders, and reasoning between <think> and </think> shows collapsed above the answer, streaming too."""
+the engine renders, and reasoning between <think> and </think> shows collapsed above the answer, streaming too.
+The same for a GGUF file, whose template comes from its metadata (tokenizer.chat_template)."""
 from __future__ import annotations
 
 import pytest
 from helpers import open_with_model, press, reply_done, wait_until
 from textual.widgets import Collapsible, Markdown, Select
+from gguf_models import write_gguf
 from tiny_models import make_model, make_tokenizer
 
 from llmchat.tui.app import LlmChatApp
+from llmchat.tui.app_main import prepare_model
 from llmchat.tui.chat_state import ChatMessage
 from llmchat.tui.reasoning import split_reasoning
 from llmchat.tui.screens.session_settings import SessionSettingsScreen
@@ -31,6 +34,24 @@ def thinking_model(tmp_path_factory):
     (folder / "chat_template.jinja").unlink(missing_ok=True)
     tok.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def thinking_gguf(thinking_model, tmp_path_factory):
+    """A GGUF file whose metadata's chat template has the switch."""
+    return write_gguf(thinking_model, tmp_path_factory.mktemp("thinking-gguf") / "thinking.gguf")
+
+
+@pytest.fixture(scope="module")
+def plain_gguf(chat_model, tmp_path_factory):
+    """A GGUF file whose chat template has no switch."""
+    return write_gguf(chat_model, tmp_path_factory.mktemp("plain-gguf") / "plain.gguf")
+
+
+async def open_settings(pilot, app) -> None:
+    await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen)
+                and app.screen.query("#chat_template"), what="settings")
+    await pilot.pause()     # the Selects' own widgets are mounted: values set now stick
 
 
 @pytest.fixture
@@ -101,3 +122,34 @@ async def test_reasoning_shows_collapsed_above_the_answer_while_it_streams(dirs,
         assert "think" not in view.query_one(".message-body", Markdown).source
         user_view = app.query(MessageView).first()
         assert not user_view.query(Collapsible)
+
+
+@pytest.mark.parametrize("given", ["library name", "gguf path"])
+async def test_gguf_template_with_the_switch_offers_thinking(dirs, thinking_gguf, prompts_seen, given):
+    # `llmchat --model x.gguf` registers the file in place and names it; a session may also hold the path
+    model = prepare_model(str(thinking_gguf)) if given == "library name" else str(thinking_gguf)
+    app = LlmChatApp(model=model, show_welcome=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        await open_settings(pilot, app)
+        assert app.screen.query_one("#thinking", Select).value == "default"
+        app.screen.query_one("#thinking", Select).value = "off"
+        await press(pilot, "ctrl+s", until=lambda: not isinstance(app.screen, SessionSettingsScreen), what="saved")
+        assert app.main_screen.current.settings.thinking is False
+        app.query_one(PromptInput).load_text("hello")
+        await press(pilot, "enter", until=lambda: reply_done(app), what="reply")
+        assert prompts_seen[-1].endswith("<|im_start|>assistant\n<think>\n\n</think>\n")
+        await open_settings(pilot, app)            # "on": the template's other branch, no empty reasoning
+        app.screen.query_one("#thinking", Select).value = "on"
+        await press(pilot, "ctrl+s", until=lambda: not isinstance(app.screen, SessionSettingsScreen), what="saved")
+        app.query_one(PromptInput).load_text("again")
+        await press(pilot, "enter", until=lambda: reply_done(app) and len(prompts_seen) >= 2, what="reply")
+        assert prompts_seen[-1].endswith("again<|im_end|>\n<|im_start|>assistant\n")
+
+
+async def test_gguf_template_without_the_switch_offers_none(dirs, plain_gguf):
+    app = LlmChatApp(model=str(plain_gguf), show_welcome=False)   # a .gguf path as the session's model
+    async with app.run_test(size=SIZE) as pilot:
+        await open_with_model(pilot, app)
+        await open_settings(pilot, app)
+        assert not app.screen.query("#thinking")
