@@ -16,6 +16,7 @@ from llmchat.engine.chat_templates import KNOWN_TEMPLATES
 
 from ..chat_prompt import MODELS_OWN, RAW
 from ..chat_state import SessionSettings
+from ..widgets.mount_safe_select import MountSafeSelect
 
 # What a session's chat messages are rendered with: a base model without a template needs one of the others.
 MODELS_OWN_OPTION = "model"   # Select takes no "" value: the option stands for MODELS_OWN
@@ -90,13 +91,13 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
             with Horizontal(classes="form-row"):
                 yield Label("Chat template", classes="form-label")
                 known = {value for _, value in TEMPLATE_CHOICES}
-                yield Select(TEMPLATE_CHOICES, allow_blank=False, id="chat_template", compact=True,
-                             value=s.chat_template if s.chat_template in known else MODELS_OWN_OPTION)
+                yield MountSafeSelect(TEMPLATE_CHOICES, allow_blank=False, id="chat_template", compact=True,
+                                      value=s.chat_template if s.chat_template in known else MODELS_OWN_OPTION)
             if self.thinking_switch:
                 with Horizontal(classes="form-row"):
                     yield Label("Thinking", classes="form-label")
-                    yield Select(THINKING_CHOICES, allow_blank=False, id="thinking", compact=True,
-                                 value={None: "default", True: "on", False: "off"}[s.thinking])
+                    yield MountSafeSelect(THINKING_CHOICES, allow_blank=False, id="thinking", compact=True,
+                                          value={None: "default", True: "on", False: "off"}[s.thinking])
             for name, label, _ in NUMBER_FIELDS:
                 with Horizontal(classes="form-row"):
                     yield Label(label, classes="form-label")
@@ -109,7 +110,9 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
                 yield Button("Cancel (esc)", id="cancel", compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#model", Input).focus()
+        model = self.query("#model")
+        if model:       # else quit right after F3: the dialog is taken down while it mounts
+            model.first(Input).focus()
 
     def chat_template_choice(self) -> str:
         value = self.query_one("#chat_template", Select).value
