@@ -25,7 +25,13 @@ class AttentionMetadata:
     query_lens: list[int]           # host copies, so no .item() in the layers
     seq_lens_list: list[int]
     block_size: int
+    # The sliding-window layers' tables and slots when they have a pool of their own (hybrid_blocks.py)
+    window: "AttentionMetadata | None" = None
     _torch_plan: dict = field(default_factory=dict, repr=False)
+
+    def for_window(self, window: int) -> "AttentionMetadata":
+        """The metadata a layer with this sliding window (-1: none) reads and writes its KV by."""
+        return self.window if window > 0 and self.window is not None else self
 
 
 def _window_mask(q_len: int, kv_len: int, window: int) -> torch.Tensor | None:

@@ -16,7 +16,7 @@ def kv_bytes_read(args, context: int, itemsize: int) -> int:
 
 
 def run(model_path, contexts=(1024, 8192), new_tokens: int = 32, dtype: str = "auto", kv_cache_gb: float = 1.0,
-        attention_backend: str = "kernels", num_threads: int | None = None) -> dict:
+        attention_backend: str = "kernels", num_threads: int | None = None, window_kv: bool = True) -> dict:
     if num_threads:
         import torch
         torch.set_num_threads(num_threads)
@@ -29,7 +29,7 @@ def run(model_path, contexts=(1024, 8192), new_tokens: int = 32, dtype: str = "a
         raise ValueError(f"every --context is past the model's context of {limit} tokens")
     longest = max(contexts) + new_tokens
     llm = LLM(str(model_path), dtype=dtype, kv_cache_gb=kv_cache_gb, attention_backend=attention_backend,
-              max_model_len=longest, max_num_seqs=1, enable_prefix_caching=False)
+              max_model_len=longest, max_num_seqs=1, enable_prefix_caching=False, window_kv=window_kv)
     runner = llm.engine.runner
     args, vocab = runner.args, llm.engine.vocab_size
     fixed = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
@@ -43,7 +43,10 @@ def run(model_path, contexts=(1024, 8192), new_tokens: int = 32, dtype: str = "a
                      "prefill_s": out.metrics.ttft, "kv_mb_read_per_token": kv_bytes_read(args, context, size) / 2**20,
                      "kv_mb_if_all_global": kv_bytes_read(_all_global(args), context, size) / 2**20})
     windows = sorted({w for w in args.sliding_windows if w > 0})
-    return {"model": str(model_path), "dtype": str(runner.dtype).replace("torch.", ""),
+    blocks = llm.engine.block_manager.num_blocks
+    return {"kv_cache_gb": llm.engine.kv_cache_gb, "kv_tokens": blocks * runner.block_size,
+            "kv_gb_one_pool": blocks * runner.kv_block_bytes() / 2**30,
+            "model": str(model_path), "dtype": str(runner.dtype).replace("torch.", ""),
             "attention": runner.attention_backend, "layers": args.num_layers,
             "sliding_layers": sum(w > 0 for w in args.sliding_windows), "windows": windows,
             "new_tokens": new_tokens, "rows": rows, "skipped_contexts": skipped}
@@ -63,6 +66,9 @@ def format_report(r: dict) -> str:
         lines.append(f"{row['context']:>8} {row['decode_tok_s'] or 0:>13.1f} {row['ms_per_token'] or 0:>9.2f} "
                      f"{row['prefill_s'] or 0:>10.2f} {row['kv_mb_read_per_token']:>12.2f} "
                      f"{row['kv_mb_if_all_global']:>13.2f}")
+    if r.get("kv_tokens"):
+        lines.append(f"KV cache: {r['kv_cache_gb']:.3f} GiB for {r['kv_tokens']} tokens of context "
+                     f"({r['kv_gb_one_pool']:.3f} GiB if every layer kept the whole context)")
     if r["skipped_contexts"]:
         lines.append(f"skipped (past the model's context): {', '.join(map(str, r['skipped_contexts']))}")
     return "\n".join(lines)

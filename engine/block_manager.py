@@ -81,6 +81,10 @@ class BlockManager:
     def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         return self.num_new_blocks(seq, num_new_tokens) <= self.num_free_blocks
 
+    def can_admit(self, seq: Sequence, remaining: int, first_chunk: int) -> bool:
+        """Room for a waiting sequence: its whole remaining prefill, so it is not evicted midway."""
+        return self.can_allocate(seq, remaining)
+
     # ---- prefix cache ---------------------------------------------------------------------------
     def match_prefix(self, seq: Sequence) -> int:
         """Give a fresh sequence the cached blocks of its longest cached prefix; returns tokens reused.
@@ -131,6 +135,10 @@ class BlockManager:
             block.hash, block.token_ids, block.adapter_key = h, tokens, seq.adapter_key
             self.hash_to_block[h] = block.block_id
 
+    def on_computed(self, seq: Sequence) -> None:
+        """After a step computed more of seq's tokens."""
+        self.register_full_blocks(seq)
+
     # ---- allocation -----------------------------------------------------------------------------
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
         """Extend seq's block table to hold num_new_tokens more tokens (caller checked can_allocate)."""
@@ -140,16 +148,17 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Drop seq's references. Tail blocks go first so they are evicted before the shared prefix."""
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                if block.hash is not None:
-                    self.evictable[block_id] = None
-                else:
-                    self._release(block_id)
+            self._drop(block_id)
         seq.block_table = []
         seq.block_hashes = []
         seq.num_computed_tokens = 0
+
+    def truncate(self, seq: Sequence, num_blocks: int) -> None:
+        """Keep only the first num_blocks of a fresh sequence's matched prefix (see HybridBlockManager)."""
+        for block_id in reversed(seq.block_table[num_blocks:]):
+            self._drop(block_id)
+        del seq.block_table[num_blocks:], seq.block_hashes[num_blocks:]
+        seq.num_computed_tokens = min(seq.num_computed_tokens, num_blocks * self.block_size)
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached block that no sequence uses."""
@@ -199,6 +208,16 @@ class BlockManager:
         block = self.blocks[block_id]
         block.ref_count = 1
         return block_id
+
+    def _drop(self, block_id: int) -> None:
+        """One reference less; an unreferenced block stays reusable if cached, else goes back to the pool."""
+        block = self.blocks[block_id]
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            if block.hash is not None:
+                self.evictable[block_id] = None
+            else:
+                self._release(block_id)
 
     def _claim(self, block_id: int) -> None:
         """Take a block out of the free pool."""

@@ -10,7 +10,8 @@ from .block_manager import BlockManager
 from .chat import load_tokenizer, prompt_to_token_ids
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
-from .kv_budget import plan_kv_blocks
+from .hybrid_blocks import HybridBlockManager, WindowBlockManager, window_pool_blocks
+from .kv_budget import plan_hybrid_kv_blocks, plan_kv_blocks
 from .logprobs import token_logprobs, wanted
 from .lora.manager import LoraManager
 from .metrics import EngineMetrics, MetricsSnapshot
@@ -47,13 +48,8 @@ class LLMEngine:
         self.vocab_size: int = self.runner.vocab_size
         self.eos_token_ids = frozenset(self.runner.eos_token_ids)
         self.generation_defaults: dict = dict(self.runner.generation_defaults)
-        num_blocks, self.kv_cache_gb = plan_kv_blocks(
-            config.kv_cache_gb, self.runner.kv_block_bytes(), config.block_size, config.max_num_seqs,
-            self.max_model_len)
-        self.runner.allocate_kv_cache(num_blocks)
+        num_blocks = self._plan_kv_cache()
         _return_freed_memory()   # loading leaves freed fp32 staging buffers in the heap
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching,
-                                          config.kv_blocks_per_group)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.step_target_s)
         self.sampler = Sampler()
@@ -63,6 +59,33 @@ class LLMEngine:
         self.scheduler.on_finish = self._release_adapter
         self.requests: dict[str, Sequence] = {}
         self._pending: list[StreamDelta] = []     # deltas produced outside step() (aborts)
+
+    def _plan_kv_cache(self) -> int:
+        """Size and allocate the KV cache and its block manager; returns the blocks of the full layers."""
+        config, runner = self.config, self.runner
+        full = BlockManager  # noqa: N806 (the class, for both cases)
+        window_layers = runner.window_layers
+        if not window_layers:
+            num_blocks, self.kv_cache_gb = plan_kv_blocks(
+                config.kv_cache_gb, runner.kv_block_bytes(), config.block_size, config.max_num_seqs,
+                self.max_model_len)
+            runner.allocate_kv_cache(num_blocks)
+            self.block_manager = full(num_blocks, config.block_size, config.enable_prefix_caching,
+                                      config.kv_blocks_per_group)
+            return num_blocks
+        sizes = (runner.kv_block_bytes(runner.args.num_layers - len(window_layers)),
+                 runner.kv_block_bytes(len(window_layers)))
+        need = window_pool_blocks(runner.kv_window, config.block_size, config.max_num_seqs,
+                                  config.max_num_batched_tokens)
+        num_blocks, window_blocks, self.kv_cache_gb = plan_hybrid_kv_blocks(
+            config.kv_cache_gb, *sizes, need, config.block_size, config.max_num_seqs, self.max_model_len)
+        runner.allocate_kv_cache(num_blocks, window_blocks)
+        self.block_manager = HybridBlockManager(
+            full(num_blocks, config.block_size, config.enable_prefix_caching, config.kv_blocks_per_group),
+            WindowBlockManager(window_blocks, config.block_size, runner.kv_window, config.enable_prefix_caching,
+                               config.kv_blocks_per_group),
+            sizes)
+        return num_blocks
 
     # ---- submission -----------------------------------------------------------------------------
     def make_sequence(self, prompt, params: SamplingParams | None = None, adapter: str | None = None,

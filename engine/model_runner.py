@@ -6,6 +6,7 @@ of the last new token of each chunk.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -61,6 +62,7 @@ class ModelRunner:
         self.key_caches: list[torch.Tensor] = []
         self.value_caches: list[torch.Tensor] = []
         self.num_blocks = 0
+        self.window_blocks = 0
         # LoRA: an object with set_step(chunks, metadata) called before each forward, whose hooks sit on
         # the Linear layers (layer.lora). None = base model only. See layers/linear.py.
         self.lora_manager = None
@@ -74,23 +76,49 @@ class ModelRunner:
         return requested
 
     # ---- KV cache -------------------------------------------------------------------------------------
-    def kv_block_bytes(self) -> int:
-        a = self.args
-        return 2 * a.num_layers * a.num_kv_heads * self.block_size * a.head_dim * self.dtype.itemsize
+    @property
+    def window_layers(self) -> list[int]:
+        """Layers whose KV goes to the window pool (hybrid_blocks.py): the sliding ones of a model that has
+        full layers too, when EngineConfig.window_kv is on; else none (one pool)."""
+        windows = self.args.sliding_windows
+        if not self.config.window_kv or all(w > 0 for w in windows):
+            return []
+        return [i for i, w in enumerate(windows) if w > 0]
 
-    def allocate_kv_cache(self, num_blocks: int) -> None:
-        """One zeroed tensor [layers, 2, groups, Hkv, blocks_per_group, block_size, D] in huge-page backed
-        memory (see kernels/memory.py); per-layer K and V are views. Block b is group b // blocks_per_group:
-        a sequence holding consecutive blocks of a group has each head's K/V in one run (the block manager
-        hands them out that way). The last group may hold a few blocks the block manager never uses."""
+    @property
+    def kv_window(self) -> int:
+        return max((self.args.sliding_windows[i] for i in self.window_layers), default=-1)
+
+    def kv_block_bytes(self, num_layers: int | None = None) -> int:
+        """Bytes of one block over num_layers layers (all of them by default)."""
+        a = self.args
+        layers = a.num_layers if num_layers is None else num_layers
+        return 2 * layers * a.num_kv_heads * self.block_size * a.head_dim * self.dtype.itemsize
+
+    def _cache(self, num_layers: int, num_blocks: int) -> torch.Tensor:
         a = self.args
         per_group = self.config.kv_blocks_per_group
         groups = -(-num_blocks // per_group)
-        cache = huge_page_zeros((a.num_layers, 2, groups, a.num_kv_heads, per_group, self.block_size, a.head_dim),
-                                self.dtype)
-        self.key_caches = [cache[i, 0] for i in range(a.num_layers)]
-        self.value_caches = [cache[i, 1] for i in range(a.num_layers)]
+        return huge_page_zeros((num_layers, 2, groups, a.num_kv_heads, per_group, self.block_size, a.head_dim),
+                               self.dtype)
+
+    def allocate_kv_cache(self, num_blocks: int, window_blocks: int = 0) -> None:
+        """Zeroed tensors [layers, 2, groups, Hkv, blocks_per_group, block_size, D] in huge-page backed memory
+        (see kernels/memory.py); per-layer K and V are views. Block b is group b // blocks_per_group: a sequence
+        holding consecutive blocks of a group has each head's K/V in one run (the block manager hands them out
+        that way). The last group may hold a few blocks the block manager never uses. With window_blocks, the
+        window layers get a cache of their own of that many blocks (window_layers)."""
+        window = set(self.window_layers) if window_blocks else set()
+        full_layers = [i for i in range(self.args.num_layers) if i not in window]
+        caches = {}
+        for layers, blocks in ((full_layers, num_blocks), (sorted(window), window_blocks)):
+            if layers:
+                cache = self._cache(len(layers), blocks)
+                caches.update({layer: cache[j] for j, layer in enumerate(layers)})
+        self.key_caches = [caches[i][0] for i in range(self.args.num_layers)]
+        self.value_caches = [caches[i][1] for i in range(self.args.num_layers)]
         self.num_blocks = num_blocks
+        self.window_blocks = window_blocks
 
     # ---- one step ---------------------------------------------------------------------------------------
     def prepare(self, chunks) -> tuple[torch.Tensor, AttentionMetadata, torch.Tensor]:
@@ -104,28 +132,38 @@ class ModelRunner:
             query_lens.append(n)
             seq_lens.append(start + n)
             tables.append(seq.block_table)
-        max_blocks = max(len(t) for t in tables)
-        block_tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.int32)
         q_lens = torch.tensor(query_lens, dtype=torch.int64)
         qsl = torch.zeros(len(chunks) + 1, dtype=torch.int64)
         torch.cumsum(q_lens, 0, out=qsl[1:])
         total = int(sum(query_lens))
-        bs = self.block_size
-        if total == len(chunks):  # all decodes, one token per sequence: slots from the host lists
-            positions = torch.tensor(starts, dtype=torch.int64)
-            slot_mapping = torch.tensor([t[p // bs] * bs + p % bs for t, p in zip(tables, starts)],
-                                        dtype=torch.int64)
+        if total == len(chunks):  # all decodes, one token per sequence
+            positions, seq_index = torch.tensor(starts, dtype=torch.int64), None
         else:
             seq_index = torch.repeat_interleave(torch.arange(len(chunks)), q_lens)
             positions = torch.arange(total) - qsl[:-1][seq_index] + torch.tensor(starts)[seq_index]
-            blocks = block_tables.long()[seq_index, torch.div(positions, bs, rounding_mode="floor")]
-            slot_mapping = blocks * bs + positions % bs
+        block_tables, slot_mapping = self._paging(tables, starts, positions, seq_index)
         md = AttentionMetadata(
             positions=positions, slot_mapping=slot_mapping, query_start_loc=qsl.to(torch.int32),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32), block_tables=block_tables,
-            query_lens=query_lens, seq_lens_list=seq_lens, block_size=bs)
+            query_lens=query_lens, seq_lens_list=seq_lens, block_size=self.block_size)
+        if self.window_blocks:
+            window_tables, window_slots = self._paging([c.seq.window_table for c in chunks], starts, positions,
+                                                       seq_index)
+            md.window = replace(md, block_tables=window_tables, slot_mapping=window_slots, _torch_plan={})
         logits_rows = None if total == len(chunks) else qsl[1:] - 1
         return torch.tensor(input_ids, dtype=torch.int64), md, logits_rows
+
+    def _paging(self, tables, starts, positions, seq_index) -> tuple[torch.Tensor, torch.Tensor]:
+        """(block_tables [S, max_blocks] padded with 0, slot_mapping [T]) of one pool's tables."""
+        bs = self.block_size
+        max_blocks = max(len(t) for t in tables)
+        block_tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.int32)
+        if seq_index is None:  # decodes: slots from the host lists
+            slots = torch.tensor([t[p // bs] * bs + p % bs for t, p in zip(tables, starts)], dtype=torch.int64)
+        else:
+            blocks = block_tables.long()[seq_index, torch.div(positions, bs, rounding_mode="floor")]
+            slots = blocks * bs + positions % bs
+        return block_tables, slots
 
     def execute(self, chunks) -> torch.Tensor:
         """fp32 logits [len(chunks), vocab]: row i follows the last new token of chunk i."""

@@ -111,8 +111,8 @@ class Scheduler:
             seq = self.waiting[0]
             self.block_manager.match_prefix(seq)
             remaining = seq.num_uncomputed_tokens
-            # Require room for the whole remaining prefill, so an admitted prompt is not evicted midway.
-            if self.block_manager.num_new_blocks(seq, remaining) > self.block_manager.num_free_blocks:
+            num_new = min(remaining, budget, prefill_left)
+            if not self.block_manager.can_admit(seq, remaining, num_new):
                 self.block_manager.free(seq)   # hand the matched blocks back while it waits
                 if not self.running:   # cannot happen for prompts accepted at submission; be safe
                     self.waiting.popleft()
@@ -123,7 +123,6 @@ class Scheduler:
             self.block_manager.record_lookup(seq)
             if seq.metrics.num_preemptions == 0:
                 seq.metrics.num_cached_tokens = min(seq.num_computed_tokens, seq.num_prompt_tokens)
-            num_new = min(remaining, budget, prefill_left)
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -160,7 +159,8 @@ class Scheduler:
         self.waiting.appendleft(seq)
 
     def update(self, chunks: list[ScheduledChunk]) -> None:
-        """After the model ran: the chunks' KV is written; register newly full blocks for reuse."""
+        """After the model ran: the chunks' KV is written; newly full blocks are registered for reuse (and
+        blocks the sliding-window layers no longer see are let go, see hybrid_blocks.py)."""
         for chunk in chunks:
             chunk.seq.num_computed_tokens += chunk.num_new_tokens
-            self.block_manager.register_full_blocks(chunk.seq)
+            self.block_manager.on_computed(chunk.seq)

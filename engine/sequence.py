@@ -35,6 +35,10 @@ class Sequence:
         self.num_computed_tokens: int = 0
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []   # chained hash of each full, computed block (prefix cache keys)
+        # Sliding-window layers' blocks (hybrid_blocks.py), by the same block index as block_table; entries before
+        # window_start are out of every future token's window, let go, and hold 0 (never read).
+        self.window_table: list[int] = []
+        self.window_start: int = 0
         self.params: SamplingParams = params
         self.adapter: str | None = adapter
         self.adapter_slot: int = adapter_slot

@@ -107,8 +107,13 @@ class DecoderStack:
                 md.positions, md.slot_mapping, md.block_tables, md.seq_lens, md.query_start_loc, self.rotary,
                 self.num_heads, self.head_dim, self.intermediate, self.eps, self.scale, self.residual_scale,
                 self.gelu, adapters, segments,
-                self.quant, self.quant_runs)
+                self.quant, self.quant_runs, *self._window_paging(md))
         return x, residual
+
+    @staticmethod
+    def _window_paging(md: AttentionMetadata) -> tuple:
+        """The window layers' (slot_mapping, block_tables) when they have a pool of their own, else none."""
+        return () if md.window is None else (md.window.slot_mapping, md.window.block_tables)
 
     def _lora(self, manager) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Per projection (a, packed b, rank offsets, slice offsets, slice ranks) of its adapter stack as

@@ -77,8 +77,9 @@ class Attention(nn.Module):
         key_cache, value_cache = kv
         if not self.ops.strided_rows:
             v = v.contiguous()
-        self.attn.write_kv(k.view(t, -1, d), v.view(t, -1, d), key_cache, value_cache, md)
-        out = self.attn.forward(q.view(t, -1, d), key_cache, value_cache, md)
+        paged = md.for_window(self.attn.window)
+        self.attn.write_kv(k.view(t, -1, d), v.view(t, -1, d), key_cache, value_cache, paged)
+        out = self.attn.forward(q.view(t, -1, d), key_cache, value_cache, paged)
         return self._o(out.reshape(t, self.q_size))
 
 

@@ -30,9 +30,11 @@ def sequence_logits(llm, token_ids: list[int]) -> torch.Tensor:
     runner = llm.engine.runner
     bs = runner.block_size
     blocks = list(range(-(-len(token_ids) // bs)))
-    if len(blocks) > runner.num_blocks:
-        raise ValueError(f"the text needs {len(blocks)} KV blocks, the cache has {runner.num_blocks}")
-    seq = SimpleNamespace(token_ids=list(token_ids), num_computed_tokens=0, block_table=blocks)
+    smallest = min(runner.num_blocks, runner.window_blocks or runner.num_blocks)   # one step reads all blocks
+    if len(blocks) > smallest:
+        raise ValueError(f"the text needs {len(blocks)} KV blocks, the cache has {smallest}")
+    seq = SimpleNamespace(token_ids=list(token_ids), num_computed_tokens=0, block_table=blocks,
+                          window_table=blocks if runner.window_blocks else [])
     chunk = SimpleNamespace(seq=seq, num_new_tokens=len(token_ids))
     with torch.inference_mode():
         input_ids, md, _rows = runner.prepare([chunk])

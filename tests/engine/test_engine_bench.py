@@ -41,3 +41,4 @@ def test_bench_context_reports_decode_at_each_length_and_the_windows_kv_reads(ti
     for row in report["rows"]:
         assert row["decode_tok_s"] > 0
         assert row["kv_mb_read_per_token"] < row["kv_mb_if_all_global"]   # the local layer reads its window only
+    assert report["kv_tokens"] >= 260 and report["kv_cache_gb"] <= report["kv_gb_one_pool"]

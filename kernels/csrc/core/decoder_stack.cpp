@@ -51,9 +51,9 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
   rope.is_neox = true;
   // What the Python layer does to a block's output before the residual add: its norm (Gemma, out of place as
   // ops.rms_norm), then the residual multiplier (Granite, x.mul_ in fp32).
-  auto finish_branch = [&](const void* norm) {
+  auto finish_branch = [&](const void* norm, bool f32_norm) {
     if (norm != nullptr) {
-      rms_norm(a.dtype, a.x, H, norm, a.branch, H, T, H, a.eps, rt);
+      rms_norm(a.dtype, a.x, H, norm, a.branch, H, T, H, a.eps, rt, f32_norm);
       std::memcpy(a.x, a.branch, size_t(T * H * es));
     }
     if (a.residual_scale != 1.f) scale_rows(a.dtype, a.x, H, T, H, a.residual_scale, rt);
@@ -80,18 +80,19 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
     const DecoderLayerWeights& w = a.layers[i];
     if (i == 0) {  // the embeddings become the residual stream; x their norm
       std::memcpy(a.residual, a.x, size_t(T * H * es));
-      rms_norm(a.dtype, a.residual, H, w.input_norm, a.x, H, T, H, a.eps, rt);
+      rms_norm(a.dtype, a.residual, H, w.input_norm, a.x, H, T, H, a.eps, rt, w.f32_norms);
     } else {
-      fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.input_norm, T, H, a.eps, rt);
+      fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.input_norm, T, H, a.eps, rt, w.f32_norms);
     }
     linear(a.x, H, w.qkv, w.qkv_bias, a.qkv, qkv_width, w, 0);
     if (head_norms) {  // each head's q and k rows RMS-normed over head_size, token by token
       const Runtime serial = serial_runtime();
       rt.parallel_for(T, 1, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
-          rms_norm(a.dtype, at(a.qkv, t * qkv_width), D, w.q_norm, at(q, t * q_size), D, a.num_q_heads, D, a.eps, serial);
+          rms_norm(a.dtype, at(a.qkv, t * qkv_width), D, w.q_norm, at(q, t * q_size), D, a.num_q_heads, D, a.eps, serial,
+                   w.f32_norms);
           rms_norm(a.dtype, at(a.qkv, t * qkv_width + q_size), D, w.k_norm, at(k, t * kv_size), D, a.num_kv_heads, D,
-                   a.eps, serial);
+                   a.eps, serial, w.f32_norms);
         }
       });
     }
@@ -99,17 +100,21 @@ void decoder_stack(const DecoderStackArgs& a, const Runtime& rt) {
       rope.cos_sin_cache = w.cos_sin_cache, rope.rot_dim = w.rot_dim;
       rotary_embedding(rope, rt);
     }
+    const bool own_paging = w.block_tables != nullptr;
     kv.key_cache = w.key_cache, kv.value_cache = w.value_cache;
+    kv.slot_mapping = own_paging ? w.slot_mapping : a.slot_mapping;
     write_kv_cache(kv, rt);
     pa.key_cache = w.key_cache, pa.value_cache = w.value_cache, pa.sliding_window = w.sliding_window;
+    pa.block_tables = own_paging ? w.block_tables : a.block_tables;
+    pa.bt_stride = own_paging ? w.bt_stride : a.bt_stride;
     paged_attention(pa, rt);
     linear(a.attn, q_size, w.o, w.o_bias, a.x, H, w, 1);
-    finish_branch(w.attn_out_norm);
-    fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.post_norm, T, H, a.eps, rt);
+    finish_branch(w.attn_out_norm, w.f32_norms);
+    fused_add_rms_norm(a.dtype, a.x, H, a.residual, H, w.post_norm, T, H, a.eps, rt, w.f32_norms);
     linear(a.x, H, w.gate_up, w.gate_up_bias, a.gate_up, 2 * I, w, 2);
     (a.gelu ? gelu_tanh_and_mul : silu_and_mul)(a.dtype, a.gate_up, 2 * I, a.act, I, T, I, rt);
     linear(a.act, I, w.down, w.down_bias, a.x, H, w, 3);
-    finish_branch(w.mlp_out_norm);
+    finish_branch(w.mlp_out_norm, w.f32_norms);
   }
 }
 

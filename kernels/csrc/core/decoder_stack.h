@@ -16,6 +16,7 @@ namespace llmchat {
 
 struct DecoderLayerWeights {
   const void *input_norm = nullptr, *post_norm = nullptr;  // [hidden]
+  bool f32_norms = false;  // every norm weight of the layer is fp32 (Gemma's 1 + w), else in the model dtype
   const void *qkv = nullptr, *o = nullptr, *gate_up = nullptr, *down = nullptr;  // [N, K] or bf16 panels
   const void *qkv_bias = nullptr, *o_bias = nullptr, *gate_up_bias = nullptr, *down_bias = nullptr;  // or null
   const void *q_norm = nullptr, *k_norm = nullptr;  // [head_size] each (Qwen3, Gemma), or null
@@ -25,6 +26,10 @@ struct DecoderLayerWeights {
   int rot_dim = 0;
   void *key_cache = nullptr, *value_cache = nullptr;  // see KvCacheLayout
   int sliding_window = -1;
+  // This layer's paging when it is not DecoderStackArgs' (a sliding-window layer's pool of its own), else null.
+  const int64_t* slot_mapping = nullptr;
+  const int32_t* block_tables = nullptr;
+  int64_t bt_stride = 0;
   // LoRA of qkv, o, gate_up, down for this step's token segments (x and out filled in per call), or none.
   LoraArgs lora[4];
   bool has_lora[4] = {false, false, false, false};

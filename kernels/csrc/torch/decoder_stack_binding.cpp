@@ -35,7 +35,7 @@ bool check_projection(const at::Tensor& w, const char* name, int64_t n, int64_t 
   return false;
 }
 
-// A [n] vector in x's dtype (a bias, a norm weight), or null for an empty tensor when optional.
+// A [n] vector in x's dtype (a bias, a norm weight; `x` names the dtype), or null for an empty tensor when optional.
 const void* vector_of(const at::Tensor& v, const char* name, int64_t n, const at::Tensor& x, bool optional = true) {
   if (optional && v.numel() == 0) return nullptr;
   check_cpu(kOp, v, name);
@@ -68,8 +68,11 @@ void add_quant(DecoderLayerWeights& lw, int p, const at::Tensor* t, int64_t coun
 // projection (runs in lw.quant) passes an empty dense weight.
 DecoderLayerWeights layer_weights(DecoderLayerWeights lw, const at::Tensor* w, const at::Tensor& x, const Widths& s,
                                   bool& packed) {
-  lw.input_norm = vector_of(w[0], "input norm weight", s.hidden, x, false);
-  lw.post_norm = vector_of(w[1], "post-attention norm weight", s.hidden, x, false);
+  // Norm weights: all in x's dtype, or all fp32 (Gemma's 1 + w, see kernels.h rms_norm)
+  lw.f32_norms = w[0].scalar_type() == at::kFloat;
+  const at::Tensor& norm_dtype = lw.f32_norms ? w[0] : x;
+  lw.input_norm = vector_of(w[0], "input norm weight", s.hidden, norm_dtype, false);
+  lw.post_norm = vector_of(w[1], "post-attention norm weight", s.hidden, norm_dtype, false);
   const int64_t shapes[4][2] = {{s.qkv(), s.hidden}, {s.hidden, s.q_size}, {2 * s.intermediate, s.hidden},
                                 {s.hidden, s.intermediate}};
   const char* names[4] = {"qkv weight", "o weight", "gate_up weight", "down weight"};
@@ -86,10 +89,10 @@ DecoderLayerWeights layer_weights(DecoderLayerWeights lw, const at::Tensor* w, c
   lw.o_bias = vector_of(w[7], "o bias", s.hidden, x);
   lw.gate_up_bias = vector_of(w[8], "gate_up bias", 2 * s.intermediate, x);
   lw.down_bias = vector_of(w[9], "down bias", s.hidden, x);
-  lw.q_norm = vector_of(w[10], "q_norm weight", s.head_size, x);
-  lw.k_norm = vector_of(w[11], "k_norm weight", s.head_size, x);
-  lw.attn_out_norm = vector_of(w[12], "attention output norm weight", s.hidden, x);
-  lw.mlp_out_norm = vector_of(w[13], "MLP output norm weight", s.hidden, x);
+  lw.q_norm = vector_of(w[10], "q_norm weight", s.head_size, norm_dtype);
+  lw.k_norm = vector_of(w[11], "k_norm weight", s.head_size, norm_dtype);
+  lw.attn_out_norm = vector_of(w[12], "attention output norm weight", s.hidden, norm_dtype);
+  lw.mlp_out_norm = vector_of(w[13], "MLP output norm weight", s.hidden, norm_dtype);
   return lw;
 }
 
@@ -144,7 +147,9 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
                       const at::Tensor& query_start_loc, at::TensorList cos_sin_caches, int64_t num_q_heads,
                       int64_t head_size, int64_t intermediate, double eps, double scale, double residual_scale,
                       bool gelu, at::TensorList lora,
-                      const at::Tensor& lora_segments, at::TensorList quant, at::IntArrayRef quant_runs) {
+                      const at::Tensor& lora_segments, at::TensorList quant, at::IntArrayRef quant_runs,
+                      const std::optional<at::Tensor>& window_slot_mapping,
+                      const std::optional<at::Tensor>& window_block_tables) {
   check_cpu(kOp, x, "x");
   check_dim(kOp, x, "x", 2);
   check_contiguous(kOp, x, "x");
@@ -160,8 +165,20 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
                 ", ", cos_sin_caches.size(), " and ", weights.size());
   LLMCHAT_CHECK(lora.empty() || int64_t(lora.size()) == 4 * kLoraPerProjection * L, kOp, "lora must be empty or hold ",
                 4 * kLoraPerProjection, " tensors per layer, got ", lora.size());
-  const at::Tensor& kc0 = key_caches[0];
-  const CacheGeometry cache = check_cache_pair(kOp, kc0, value_caches[0]);
+  // With window paging, the sliding-window layers' caches form a pool of their own (engine/hybrid_blocks.py),
+  // paged by window_block_tables and window_slot_mapping; the other layers by block_tables and slot_mapping.
+  const bool split = window_block_tables.has_value();
+  LLMCHAT_CHECK(split == window_slot_mapping.has_value(), kOp,
+                "window_block_tables and window_slot_mapping must be given together");
+  auto in_window_pool = [&](int64_t i) { return split && sliding_windows[i] > 0; };
+  int64_t first_full = -1, first_window = -1;
+  for (int64_t i = 0; i < L; ++i) {
+    int64_t& first = in_window_pool(i) ? first_window : first_full;
+    if (first == -1) first = i;
+  }
+  LLMCHAT_CHECK(first_full >= 0, kOp, "window paging needs a layer without a sliding window");
+  const at::Tensor& kc0 = key_caches[first_full];
+  const CacheGeometry cache = check_cache_pair(kOp, kc0, value_caches[first_full]);
   const int64_t nb = cache.num_blocks, Hkv = cache.num_kv_heads, bs = cache.block_size;
   LLMCHAT_CHECK(cache.head_size == head_size && head_size % 16 == 0, kOp, "head_size must be a multiple of 16 matching the "
                 "caches' last dimension ", cache.head_size, ", got ", head_size);
@@ -182,11 +199,19 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
   const at::Tensor* next_run = quant.data();
   check_metadata(kOp, block_tables, seq_lens, query_start_loc, T, nb, bs);
   const int64_t max_position = check_token_metadata(positions, slot_mapping, T, nb * bs);
+  if (split && first_window >= 0) {
+    const CacheGeometry wc = check_cache_pair(kOp, key_caches[first_window], value_caches[first_window]);
+    LLMCHAT_CHECK(wc.num_kv_heads == Hkv && wc.block_size == bs && wc.head_size == cache.head_size &&
+                      wc.blocks_per_group == cache.blocks_per_group,
+                  kOp, "the window layers' caches must differ from the others in their number of blocks only");
+    check_metadata(kOp, *window_block_tables, seq_lens, query_start_loc, T, wc.num_blocks, bs);
+    check_token_metadata(positions, *window_slot_mapping, T, wc.num_blocks * bs);
+  }
   DecoderStackArgs a;
   a.dtype = dt;
   for (int64_t i = 0; i < L; ++i) {
     check_cache_pair(kOp, key_caches[i], value_caches[i]);
-    check_shape(kOp, key_caches[i], "every key cache", kc0.sizes());
+    check_shape(kOp, key_caches[i], "every key cache of a pool", key_caches[in_window_pool(i) ? first_window : first_full].sizes());
     check_same_dtype(kOp, key_caches[i], "every key cache", x, "x");
     const int64_t win = sliding_windows[i];
     LLMCHAT_CHECK(win == -1 || win > 0, kOp, "sliding windows must be -1 (off) or positive, got ", win);
@@ -205,6 +230,10 @@ void decoder_stack_op(at::Tensor& x, at::Tensor& residual, at::TensorList weight
     a.packed = packed;
     lw.key_cache = key_caches[i].data_ptr(), lw.value_cache = value_caches[i].data_ptr();
     lw.sliding_window = int(win);
+    if (in_window_pool(i)) {
+      lw.slot_mapping = window_slot_mapping->data_ptr<int64_t>();
+      lw.block_tables = window_block_tables->data_ptr<int32_t>(), lw.bt_stride = window_block_tables->stride(0);
+    }
     lw.cos_sin_cache = rotary_of(cos_sin_caches[i], head_size, max_position, lw.rot_dim);
     LLMCHAT_CHECK((lw.attn_out_norm == nullptr) == (lw.mlp_out_norm == nullptr) &&
                       (i == 0 || (lw.attn_out_norm == nullptr) == (a.layers.front().attn_out_norm == nullptr)),
@@ -241,7 +270,7 @@ TORCH_LIBRARY_FRAGMENT(llmchat, m) {
         "Tensor(c!)[] key_caches, Tensor(d!)[] value_caches, Tensor positions, Tensor slot_mapping, Tensor block_tables, "
         "Tensor seq_lens, Tensor query_start_loc, Tensor[] cos_sin_caches, int num_q_heads, int head_size, "
         "int intermediate, float eps, float scale, float residual_scale, bool gelu, Tensor[] lora, Tensor lora_segments, "
-        "Tensor[] quant, int[] quant_runs) -> ()");
+        "Tensor[] quant, int[] quant_runs, Tensor? window_slot_mapping=None, Tensor? window_block_tables=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) { m.impl("decoder_stack", &llmchat::binding::decoder_stack_op); }
