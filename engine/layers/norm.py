@@ -26,9 +26,10 @@ class RMSNorm(nn.Module):
 
 
 class GemmaRMSNorm(RMSNorm):
-    """Gemma's RMSNorm: x * (1 + w). The checkpoint stores w; the kernels get 1 + w, computed in fp32 once
-    (in fp32 that is transformers' arithmetic exactly; in bf16 the sum is rounded to bf16 once more)."""
+    """Gemma's RMSNorm: x * (1 + w). The checkpoint stores w; the ops get 1 + w computed once, kept in fp32: an
+    fp32 weight makes them compute in fp32 throughout and round once at the end, as transformers' Gemma3RMSNorm
+    does (a Llama norm rounds the normalized row before the weight)."""
 
     def finalize(self) -> None:
         w = self.weight
-        self.__dict__["_w"] = w if w.device.type == "meta" else (1.0 + w.float()).to(w.dtype)
+        self.__dict__["_w"] = w if w.device.type == "meta" else 1.0 + w.float()

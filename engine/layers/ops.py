@@ -28,8 +28,12 @@ class TorchOps:
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """weight in x's dtype (Llama: the normalized row rounded, then weighted), or fp32 (Gemma's 1 + w:
+        weighted in fp32, rounded once)."""
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        if weight.dtype != x.dtype:
+            return (xf * weight).to(x.dtype)
         return weight * xf.to(x.dtype)
 
     @staticmethod

@@ -49,6 +49,34 @@ def test_fused_add_rms_norm(dtype, tokens, hidden):
     close(x, want_x, dtype)
 
 
+def gemma_rms_norm(x, weight_plus_one, eps):
+    """transformers' Gemma3RMSNorm: fp32 throughout, (1 + w) in fp32, one rounding at the end."""
+    h = x.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight_plus_one).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_an_fp32_weight_is_gemmas_norm_rounded_once(dtype):
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+    x = (torch.randn(64, 640) * 3).to(dtype)
+    w = (torch.randn(640) * 0.5).to(dtype)          # the checkpoint's w
+    hf = Gemma3RMSNorm(640, eps=1e-6).to(dtype)
+    hf.weight.data.copy_(w)
+    want = hf(x)
+    got = K.rms_norm(x, 1.0 + w.float(), 1e-6)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, gemma_rms_norm(x, 1.0 + w.float(), 1e-6))
+    # the same single rounding as transformers: only sum-order differences remain (a Llama norm's weight in
+    # the model dtype, 1 + w rounded, differs in about a third of the values)
+    assert (got != want).float().mean().item() < 0.01
+    assert (K.rms_norm(x, (1.0 + w.float()).to(dtype), 1e-6) != want).float().mean().item() > 0.1
+    residual, x2 = torch.randn(64, 640).to(dtype), x.clone()
+    want_residual = residual + x
+    K.fused_add_rms_norm(x2, residual, 1.0 + w.float(), 1e-6)
+    torch.testing.assert_close(residual, want_residual, atol=0, rtol=0)
+    assert (x2 != hf(want_residual)).float().mean().item() < 0.01
+
+
 def test_rms_norm_on_strided_rows():
     base = torch.randn(6, 128)
     x = base[:, :64]  # rows with stride 128

@@ -58,12 +58,14 @@ struct PagedAttentionArgs {
 };
 void paged_attention(const PagedAttentionArgs& a, const Runtime& rt);
 
-// x, out: [T, H] rows (row strides in elements); weight [H]. fp32 math, rounding like HF.
+// x, out: [T, H] rows (row strides in elements); weight [H] in dt, or fp32 with f32_weight (Gemma's 1 + w:
+// then rounded once, at the end, as transformers' Gemma3RMSNorm). fp32 math, rounding like HF.
 void rms_norm(DType dt, const void* x, int64_t x_stride, const void* weight, void* out, int64_t out_stride,
-              int64_t num_tokens, int64_t hidden, float eps, const Runtime& rt);
+              int64_t num_tokens, int64_t hidden, float eps, const Runtime& rt, bool f32_weight = false);
 // residual += x; x = rms_norm(residual) * weight, both in place.
 void fused_add_rms_norm(DType dt, void* x, int64_t x_stride, void* residual, int64_t r_stride,
-                        const void* weight, int64_t num_tokens, int64_t hidden, float eps, const Runtime& rt);
+                        const void* weight, int64_t num_tokens, int64_t hidden, float eps, const Runtime& rt,
+                        bool f32_weight = false);
 
 struct RotaryArgs {
   DType dtype = DType::F32;

@@ -15,14 +15,14 @@ void rms_norm_op(const at::Tensor& x, const at::Tensor& weight, double eps, at::
   check_dim(op, x, "x", 2);
   check_last_dim_contiguous(op, x, "x");
   const DType dt = kernel_dtype(op, x, "x");
-  check_same_dtype(op, weight, "weight", x, "x");
+  const bool f32_weight = norm_weight_is_f32(op, weight, x);
   check_same_dtype(op, out, "out", x, "x");
   check_shape(op, weight, "weight", {x.size(1)});
   check_contiguous(op, weight, "weight");
   check_shape(op, out, "out", x.sizes());
   check_last_dim_contiguous(op, out, "out");
   rms_norm(dt, x.data_ptr(), x.stride(0), weight.data_ptr(), out.data_ptr(), out.stride(0), x.size(0), x.size(1),
-           float(eps), torch_runtime());
+           float(eps), torch_runtime(), f32_weight);
 }
 
 void fused_add_rms_norm_op(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps) {
@@ -32,13 +32,13 @@ void fused_add_rms_norm_op(at::Tensor& x, at::Tensor& residual, const at::Tensor
   check_last_dim_contiguous(op, x, "x");
   const DType dt = kernel_dtype(op, x, "x");
   check_same_dtype(op, residual, "residual", x, "x");
-  check_same_dtype(op, weight, "weight", x, "x");
+  const bool f32_weight = norm_weight_is_f32(op, weight, x);
   check_shape(op, residual, "residual", x.sizes());
   check_last_dim_contiguous(op, residual, "residual");
   check_shape(op, weight, "weight", {x.size(1)});
   check_contiguous(op, weight, "weight");
   fused_add_rms_norm(dt, x.data_ptr(), x.stride(0), residual.data_ptr(), residual.stride(0), weight.data_ptr(), x.size(0),
-                     x.size(1), float(eps), torch_runtime());
+                     x.size(1), float(eps), torch_runtime(), f32_weight);
 }
 
 using GatedActivation = void (*)(DType, const void*, int64_t, void*, int64_t, int64_t, int64_t, const Runtime&);

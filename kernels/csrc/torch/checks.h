@@ -40,6 +40,13 @@ inline void check_same_dtype(const char* op, const at::Tensor& t, const char* na
                 ref.scalar_type(), "), got ", t.scalar_type());
 }
 
+// A norm weight in x's dtype, or fp32 (Gemma's 1 + w, see kernels.h rms_norm); returns whether it is fp32.
+inline bool norm_weight_is_f32(const char* op, const at::Tensor& weight, const at::Tensor& x) {
+  if (weight.scalar_type() == at::kFloat) return true;
+  check_same_dtype(op, weight, "weight", x, "x");
+  return false;
+}
+
 inline void check_contiguous(const char* op, const at::Tensor& t, const char* name) {
   LLMCHAT_CHECK(t.is_contiguous(), op, name, " must be contiguous (shape ", t.sizes(), ", strides ", t.strides(), ")");
 }
