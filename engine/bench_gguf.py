@@ -55,15 +55,27 @@ def llamacpp_python() -> str | None:
 
 
 def text_ids(llm) -> list[int]:
-    return llm.tokenizer(TEXT)["input_ids"]
+    """The quality text's tokens, cut to the model's context (one prefill step must hold them all)."""
+    return llm.tokenizer(TEXT)["input_ids"][:llm.engine.max_model_len]
 
 
-def reference_logits(gguf: Path, config_folder: Path, ids: list[int]) -> torch.Tensor:
-    """fp32 logits of the GGUF dequantized by transformers (the quality reference)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-    config = AutoConfig.from_pretrained(str(config_folder))
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, config=config,
-                                                 dtype=torch.float32).eval()
+def reference_logits(gguf: Path, folder: Path, ids: list[int]) -> torch.Tensor:
+    """fp32 logits of the GGUF dequantized, in transformers (the quality reference). The weights come from the
+    engine's own reader (gguf_export.dense_tensors), so every family the engine runs from a GGUF has one, also
+    those transformers' GGUF reader does not know (granite, smollm3); folder: the model's library folder."""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
+
+    from .model_loader import read_config
+    from .quant.gguf_export import dense_tensors
+    from .quant.gguf_tensors import field, open_reader
+    reader = open_reader(gguf)
+    arch = field(reader, "general.architecture")
+    state = {name: t for name, t, _ in dense_tensors(reader, read_config(folder), arch, torch.float32)}
+    config = AutoConfig.from_pretrained(str(folder))
+    config.tie_word_embeddings = "lm_head.weight" not in state   # the file decides, as in the --dequantize import
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]   # the Auto class refuses a state dict beside a folder
+    model = model_class.from_pretrained(None, config=config, state_dict=state, dtype=torch.float32).eval()
+    del state
     with torch.inference_mode():
         return model(torch.tensor([ids])).logits[0].float()
 

@@ -1,0 +1,42 @@
+"""`llmchat bench FILE.gguf` reports its quality against the fp32 dequantized model (KL divergence, top-1
+agreement) for the families transformers' GGUF reader does not know too: the reference comes from the engine's
+own reader. A lossless (F32) file is its own reference, so KL ~0 and top-1 100%; a quantized one is measurably
+off but close."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmchat.tui.cli import main
+
+ARCHS = ("granite", "smollm3", "gemma3", "phi3")
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """Where the CLI registers the GGUF it benches."""
+    monkeypatch.setenv("LLMCHAT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+
+def bench_quality(capsys, gguf) -> dict:
+    code = main(["bench", str(gguf), "--dtype", "float32", "--sessions", "2", "--tokens", "4", "--prefix", "40",
+                 "--kv-cache-gb", "0.05", "--threads", "1", "--no-baseline", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["memory_mb"]["file"] > 0   # it ran from the GGUF file
+    return report["quality"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_lossless_file_matches_its_reference(data_dir, capsys, tiny_gguf, arch):
+    q = bench_quality(capsys, tiny_gguf(arch, "f32"))
+    assert q["positions"] > 100
+    assert q["kl_divergence"] < 1e-6 and q["top1_agreement"] == 1.0, q
+
+
+@pytest.mark.parametrize("arch", ("granite", "gemma3"))
+def test_quantized_file_is_close_to_its_reference_but_not_equal(data_dir, capsys, tiny_gguf, arch):
+    q = bench_quality(capsys, tiny_gguf(arch, "q4_0"))
+    assert 1e-6 < q["kl_divergence"] < 0.05 and q["top1_agreement"] >= 0.8, q
