@@ -11,9 +11,12 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import (Button, Checkbox, DataTable, Footer, Header, Input, Label, ProgressBar, Select,
-                             TabbedContent, TabPane)
+from textual.widgets import (Button, Checkbox, DataTable, Footer, Input, Label, ProgressBar, Select, TabbedContent,
+                             TabPane)
 
+from ..widgets.app_header import AppHeader
+from ..widgets.mount_safe_select import MountSafeSelect
+from ..widgets.mount_safe_tabs import MountSafeTabbedContent
 from .dialogs import Confirm
 from .quant_picker import QuantPicker
 from .remote_pane import RemotePane
@@ -49,13 +52,13 @@ class ModelsScreen(Screen):
         self.results: dict = {}      # repo id -> the search hit (GGUF hits carry their quants)
 
     def compose(self):
-        yield Header()
-        with TabbedContent(initial=self.initial_tab, id="models-tabs"):
+        yield AppHeader()
+        with MountSafeTabbedContent(initial=self.initial_tab, id="models-tabs"):
             with TabPane("Search the Hub", id="search"):
                 with Horizontal(classes="form-row"):
                     yield Input(placeholder="search models, e.g. SmolLM2 Instruct", id="search-query")
-                    yield Select([("downloads", "downloads"), ("likes", "likes"), ("recent", "recent")],
-                                 value="downloads", allow_blank=False, id="search-sort")
+                    yield MountSafeSelect([("downloads", "downloads"), ("likes", "likes"), ("recent", "recent")],
+                                          value="downloads", allow_blank=False, id="search-sort")
                 yield DataTable(id="search-results", cursor_type="row")
                 yield Label("Enter on a result downloads it (GGUF repos: pick a quant first).", classes="hint")
             with TabPane("Library", id="library"):
@@ -80,6 +83,8 @@ class ModelsScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        if not all(self.query(part) for part in ("#search-results", "#library-table", "#adapter-table", "#transfer")):
+            return      # quit right after F4: the screen is taken down while it mounts
         self.query_one("#search-results", DataTable).add_columns("model", "downloads", "likes", "updated", "format")
         self.query_one("#library-table", DataTable).add_columns("name", "architecture", "params", "dtype",
                                                                 "context", "size", "status")
