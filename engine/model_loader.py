@@ -135,6 +135,24 @@ def _renamed(key: str, renames: tuple[tuple[str, str], ...]) -> str:
     return key
 
 
+def _empty_on_cpu(model: torch.nn.Module) -> None:
+    """model.to_empty(device="cpu") for the meta tensors, without torch's meta-tensor refs (whose import of torch.fx
+    and sympy costs ~35 MB resident). A tensor shared by two modules stays shared."""
+    made: dict[int, torch.Tensor] = {}
+
+    def empty(t: torch.Tensor, parameter: bool) -> torch.Tensor:
+        if id(t) not in made:
+            e = torch.empty(t.shape, dtype=t.dtype)
+            made[id(t)] = torch.nn.Parameter(e, requires_grad=t.requires_grad) if parameter else e
+        return made[id(t)]
+
+    for module in model.modules():
+        for table, parameter in ((module._parameters, True), (module._buffers, False)):
+            for name, t in table.items():
+                if t is not None and t.device.type == "meta":
+                    table[name] = empty(t, parameter)
+
+
 def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: int, ops, kernels,
                 progress: LoadProgress | None = None, quantize: str | None = None,
                 deterministic: bool = True, small_m_max: int = DEFAULT_SMALL_M_MAX, pack_bf16: bool = True,
@@ -156,7 +174,7 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
         read_bytes = total = gguf.stat().st_size
         load_gguf_weights(model, gguf, dtype, _target, progress and (lambda done, _: progress(done, total)))
     else:
-        model = model.to_empty(device="cpu")
+        _empty_on_cpu(model)
         files = weight_files(Path(folder))
         read_bytes = sum(path.stat().st_size for path in files)
         total = read_bytes + model.preparation_bytes()

@@ -27,16 +27,6 @@ def _ids(value) -> list[int]:
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
 
 
-def _hf_config(folder: Path):
-    """transformers' config object when it can be built (for callers that want it), else a namespace."""
-    try:
-        from transformers import AutoConfig
-        return AutoConfig.from_pretrained(folder)
-    except Exception:  # an unusual config must not stop a model the engine itself can run
-        from types import SimpleNamespace
-        return SimpleNamespace(**read_config(folder))
-
-
 class ModelRunner:
     def __init__(self, config: EngineConfig, load_progress: LoadProgress | None = None) -> None:
         self.config = config
@@ -44,7 +34,6 @@ class ModelRunner:
         raw = read_config(folder)
         self.args = ModelArgs.from_config(raw)        # unsupported architecture -> ValueError here
         self.raw_config = raw
-        self.hf_config = _hf_config(folder)
         self.dtype = resolve_dtype(config.dtype, raw, quantized=gguf_source(folder) is not None)
         self.max_model_len = self._max_model_len(config.max_model_len)
         self.vocab_size = self.args.vocab_size

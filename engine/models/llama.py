@@ -138,8 +138,10 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     def __init__(self, args: ModelArgs, ops, kernels) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.embed_tokens.weight.requires_grad_(False)
+        # an empty weight (the loader fills it): a default-initialized one would run normal_, which on the meta
+        # device goes through torch._refs and imports torch._dynamo and sympy (~45 MB resident)
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size,
+                                         _weight=torch.empty(args.vocab_size, args.hidden_size), _freeze=True)
         layer_class = DecoderLayer
         if args.gemma:
             from .gemma3 import Gemma3DecoderLayer as layer_class

@@ -76,7 +76,7 @@ def test_model_facts_from_config_and_generation_config(tmp_path):
                                           "repetition_penalty": 1.1, "max_tokens": 64,
                                           "min_p": 0.05}   # the one value the model leaves unset: chat default
     assert runner.max_model_len == 256 and runner.vocab_size == 384
-    assert runner.hf_config.model_type == "mistral"
+    assert runner.raw_config["model_type"] == "mistral"
     # K and V, 2 layers, 2 kv heads, 16 tokens, head_dim 16, fp32
     assert runner.kv_block_bytes() == 2 * 2 * 2 * 16 * 16 * 4
     with pytest.raises(ValueError, match="max_model_len"):
