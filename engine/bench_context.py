@@ -16,7 +16,7 @@ def kv_bytes_read(args, context: int, itemsize: int) -> int:
 
 
 def run(model_path, contexts=(1024, 8192), new_tokens: int = 32, dtype: str = "auto", kv_cache_gb: float = 1.0,
-        attention_backend: str = "kernels", num_threads: int | None = None, window_kv: bool = True) -> dict:
+        attention_backend: str = "kernels", num_threads: int | None = None) -> dict:
     if num_threads:
         import torch
         torch.set_num_threads(num_threads)
@@ -29,7 +29,7 @@ def run(model_path, contexts=(1024, 8192), new_tokens: int = 32, dtype: str = "a
         raise ValueError(f"every --context is past the model's context of {limit} tokens")
     longest = max(contexts) + new_tokens
     llm = LLM(str(model_path), dtype=dtype, kv_cache_gb=kv_cache_gb, attention_backend=attention_backend,
-              max_model_len=longest, max_num_seqs=1, enable_prefix_caching=False, window_kv=window_kv)
+              max_model_len=longest, max_num_seqs=1, enable_prefix_caching=False)
     runner = llm.engine.runner
     args, vocab = runner.args, llm.engine.vocab_size
     fixed = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
