@@ -97,16 +97,13 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return 0
         parent = None
-        for start in range(0, lookup - self.block_size + 1, self.block_size):
-            tokens = tuple(seq.token_ids[start:start + self.block_size])
+        for i in range(lookup // self.block_size):
+            tokens = self.block_tokens(seq, i)
             h = chain_hash(parent, tokens, seq.adapter_key)
-            block_id = self.hash_to_block.get(h)
+            block_id = self.cached_block(h, tokens, seq.adapter_key)
             if block_id is None:
                 break
-            block = self.blocks[block_id]
-            if block.token_ids != tokens or block.adapter_key != seq.adapter_key:
-                break  # a hash collision: different contents under the same key
-            self._take(block)
+            self._take(self.blocks[block_id])
             seq.block_table.append(block_id)
             seq.block_hashes.append(h)
             parent = h
@@ -125,15 +122,31 @@ class BlockManager:
             return
         full = seq.num_computed_tokens // self.block_size
         for i in range(len(seq.block_hashes), full):
-            tokens = tuple(seq.token_ids[i * self.block_size:(i + 1) * self.block_size])
+            tokens = self.block_tokens(seq, i)
             parent = seq.block_hashes[-1] if seq.block_hashes else None
             h = chain_hash(parent, tokens, seq.adapter_key)
             seq.block_hashes.append(h)
-            block = self.blocks[seq.block_table[i]]
-            if h in self.hash_to_block or block.hash is not None:
-                continue  # an identical block is already cached (computed by another sequence)
-            block.hash, block.token_ids, block.adapter_key = h, tokens, seq.adapter_key
-            self.hash_to_block[h] = block.block_id
+            self.register(seq.block_table[i], h, tokens, seq.adapter_key)
+
+    def block_tokens(self, seq: Sequence, i: int) -> tuple[int, ...]:
+        """The token ids of seq's block i."""
+        return tuple(seq.token_ids[i * self.block_size:(i + 1) * self.block_size])
+
+    def cached_block(self, h: int, tokens: tuple[int, ...], adapter_key: str) -> int | None:
+        """The cached block under hash h, if it holds these tokens for this adapter (else a miss or a collision)."""
+        block_id = self.hash_to_block.get(h)
+        if block_id is None:
+            return None
+        block = self.blocks[block_id]
+        return block_id if block.token_ids == tokens and block.adapter_key == adapter_key else None
+
+    def register(self, block_id: int, h: int, tokens: tuple[int, ...], adapter_key: str) -> None:
+        """Cache a computed block under h, unless an identical block is cached already (another sequence's)."""
+        block = self.blocks[block_id]
+        if h in self.hash_to_block or block.hash is not None:
+            return
+        block.hash, block.token_ids, block.adapter_key = h, tokens, adapter_key
+        self.hash_to_block[h] = block_id
 
     def on_computed(self, seq: Sequence) -> None:
         """After a step computed more of seq's tokens."""

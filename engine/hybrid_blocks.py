@@ -61,24 +61,17 @@ class WindowBlockManager(BlockManager):
             table[i] = 0
         seq.window_start = max(seq.window_start, first)
 
-    def register(self, seq: Sequence, start: int) -> None:
+    def register_window(self, seq: Sequence, start: int) -> None:
         """Cache the live window blocks from index `start` that seq.block_hashes now names."""
         for i in range(max(start, seq.window_start), min(len(seq.block_hashes), len(seq.window_table))):
-            h, block = seq.block_hashes[i], self.blocks[seq.window_table[i]]
-            if h in self.hash_to_block or block.hash is not None:
-                continue
-            tokens = tuple(seq.token_ids[i * self.block_size:(i + 1) * self.block_size])
-            block.hash, block.token_ids, block.adapter_key = h, tokens, seq.adapter_key
-            self.hash_to_block[h] = block.block_id
+            self.register(seq.window_table[i], seq.block_hashes[i], self.block_tokens(seq, i), seq.adapter_key)
 
     def cached_window(self, seq: Sequence, num_blocks: int) -> list[int] | None:
         """The cached window blocks a prefix of num_blocks full blocks needs, or None if one is missing."""
         found = []
         for i in range(self.first_needed(num_blocks * self.block_size), num_blocks):
-            block_id = self.hash_to_block.get(seq.block_hashes[i])
-            tokens = tuple(seq.token_ids[i * self.block_size:(i + 1) * self.block_size])
-            if block_id is None or self.blocks[block_id].token_ids != tokens or \
-                    self.blocks[block_id].adapter_key != seq.adapter_key:
+            block_id = self.cached_block(seq.block_hashes[i], self.block_tokens(seq, i), seq.adapter_key)
+            if block_id is None:
                 return None
             found.append(block_id)
         return found
@@ -113,10 +106,6 @@ class HybridBlockManager:
         return self.full.num_blocks
 
     @property
-    def num_free_blocks(self) -> int:
-        return self.full.num_free_blocks
-
-    @property
     def num_used_blocks(self) -> int:
         """Use of both pools, in full-pool blocks: the share of the cache's bytes in use (the gauge's meaning)."""
         return round(self.usage * self.full.num_blocks)
@@ -127,12 +116,6 @@ class HybridBlockManager:
         total = self.full.num_blocks * bytes_full + self.window.num_blocks * bytes_window
         used = self.full.num_used_blocks * bytes_full + self.window.num_used_blocks * bytes_window
         return used / total if total else 0.0
-
-    def blocks_for(self, num_tokens: int) -> int:
-        return self.full.blocks_for(num_tokens)
-
-    def num_new_blocks(self, seq: Sequence, num_new_tokens: int) -> int:
-        return self.full.num_new_blocks(seq, num_new_tokens)
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         return (self.full.can_allocate(seq, num_new_tokens)
@@ -169,7 +152,7 @@ class HybridBlockManager:
         registered = len(seq.block_hashes)
         self.full.register_full_blocks(seq)
         if self.enable_prefix_caching:
-            self.window.register(seq, registered)
+            self.window.register_window(seq, registered)
         self.window.let_go(seq)
 
     def reset_prefix_cache(self) -> None:

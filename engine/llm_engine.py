@@ -63,15 +63,14 @@ class LLMEngine:
     def _plan_kv_cache(self) -> int:
         """Size and allocate the KV cache and its block manager; returns the blocks of the full layers."""
         config, runner = self.config, self.runner
-        full = BlockManager  # noqa: N806 (the class, for both cases)
         window_layers = runner.window_layers
         if not window_layers:
             num_blocks, self.kv_cache_gb = plan_kv_blocks(
                 config.kv_cache_gb, runner.kv_block_bytes(), config.block_size, config.max_num_seqs,
                 self.max_model_len)
             runner.allocate_kv_cache(num_blocks)
-            self.block_manager = full(num_blocks, config.block_size, config.enable_prefix_caching,
-                                      config.kv_blocks_per_group)
+            self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching,
+                                              config.kv_blocks_per_group)
             return num_blocks
         sizes = (runner.kv_block_bytes(runner.args.num_layers - len(window_layers)),
                  runner.kv_block_bytes(len(window_layers)))
@@ -81,7 +80,7 @@ class LLMEngine:
             config.kv_cache_gb, *sizes, need, config.block_size, config.max_num_seqs, self.max_model_len)
         runner.allocate_kv_cache(num_blocks, window_blocks)
         self.block_manager = HybridBlockManager(
-            full(num_blocks, config.block_size, config.enable_prefix_caching, config.kv_blocks_per_group),
+            BlockManager(num_blocks, config.block_size, config.enable_prefix_caching, config.kv_blocks_per_group),
             WindowBlockManager(window_blocks, config.block_size, runner.kv_window, config.enable_prefix_caching,
                                config.kv_blocks_per_group),
             sizes)

@@ -62,3 +62,18 @@ def set_session(app, **settings) -> None:
     for name, value in settings.items():
         setattr(session.settings, name, value)
     app.db.save_settings(session.id, session.settings)
+
+
+async def quit_while_mounting(make_app, open_screen, screen_class) -> None:
+    """A teardown race: quit 0, 1, 2... event-loop turns after open_screen(pilot, app) puts a screen_class on
+    top, so some quit lands while it mounts; every app must exit cleanly (an error in it is raised here)."""
+    for turns in range(8):
+        app = make_app()
+        async with app.run_test(size=(140, 40)) as pilot:
+            await open_screen(pilot, app)
+            while not isinstance(app.screen, screen_class):
+                await asyncio.sleep(0)
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            await press(pilot, "ctrl+q")
+        assert app.return_code in (0, None)
