@@ -1,11 +1,14 @@
 // Packed bf16 panels on AMX tiles, for every M (decode included, so a row's bits never depend on the step size):
 // the panel layout of gemv.h is what a B tile wants (one 64-byte row = one k-pair of 16 output rows), so the one
 // weight copy serves both. A block is up to 2 panels (32 outputs) x 2 token tiles (32 tokens): C tiles 0-3,
-// token tiles 4-5, panel tiles 6-7, every tile 16 rows x 64 bytes. Each output is C = 0, one TDPBF16PS per
-// 16-pair chunk in k order, + bias, rounded once. Tokens and k-pairs past the ends come in as zero-padded copies.
+// token tiles 4-5, panel tiles 6-7. Each output is C = 0, one TDPBF16PS per 16-pair chunk in k order, + bias,
+// rounded once. A step of fewer than 16 tokens configures its token and C tiles with that many rows; otherwise
+// x is copied once, zero-padded to whole tiles, when its rows or k do not fill them (a C row depends only on its
+// own token row, so neither choice changes a bit).
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "../vec/vec.h"  // the intrinsics headers, before the pragma
 
@@ -32,38 +35,31 @@ constexpr int kPanel = 16, kTileTokens = 16, kChunkPairs = 16;
 constexpr int64_t kTileBytes = 64;
 
 struct Scratch {
-  alignas(64) bf16_t a[2][kTileTokens * 2 * kChunkPairs];
   alignas(64) bf16_t b[2][kChunkPairs * 2 * kPanel];
   alignas(64) float c[kTileTokens * kPanel];
 };
 
-amx::TileConfig all_tiles_full() {
+// Every tile 16 rows x 64 bytes, but the C and token tiles `token_rows` rows.
+amx::TileConfig tiles_for(int token_rows) {
   amx::TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = kTileTokens, cfg.colsb[t] = kTileBytes;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = t < 6 ? token_rows : kTileTokens, cfg.colsb[t] = kTileBytes;
   return cfg;
 }
+amx::TileConfig all_tiles_full() { return tiles_for(kTileTokens); }
 
 struct Problem {
   const LinearArgs& a;
   int64_t pairs, chunks, panel_elems;
-  const bf16_t* X() const { return static_cast<const bf16_t*>(a.x); }
+  const bf16_t* x;      // a.x, or its zero-padded copy: every token tile and k chunk read from it is whole
+  int64_t x_stride;
+  int64_t tokens;       // rows of x as tiles see them: a.m, rounded up to 16 past one tile
   const bf16_t* P() const { return static_cast<const bf16_t*>(a.weight); }
 };
 
-// Tokens [t0, t0 + 16) x pairs [16c, 16c + 16) of x into tile T: straight from x when all of it is there.
+// Tokens [t0, t0 + tile rows) x pairs [16c, 16c + 16) of x into tile T.
 template <int T>
-void load_tokens(const Problem& pr, int64_t t0, int64_t c, bf16_t* pad) {
-  const LinearArgs& a = pr.a;
-  const int64_t k0 = 2 * kChunkPairs * c;
-  if (t0 + kTileTokens <= a.m && k0 + 2 * kChunkPairs <= a.k) {
-    amx::load<T>(pr.X() + t0 * a.x_stride + k0, a.x_stride * int64_t(sizeof(bf16_t)));
-    return;
-  }
-  std::memset(pad, 0, sizeof(bf16_t) * kTileTokens * 2 * kChunkPairs);
-  const int64_t rows = std::min<int64_t>(kTileTokens, a.m - t0), cols = std::min<int64_t>(2 * kChunkPairs, a.k - k0);
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(pad + r * 2 * kChunkPairs, pr.X() + (t0 + r) * a.x_stride + k0, cols * sizeof(bf16_t));
-  amx::load<T>(pad, kTileBytes);
+void load_tokens(const Problem& pr, int64_t t0, int64_t c) {
+  amx::load<T>(pr.x + t0 * pr.x_stride + 2 * kChunkPairs * c, pr.x_stride * int64_t(sizeof(bf16_t)));
 }
 
 // Pairs [16c, 16c + 16) of panel p into tile T (the panel holds `pairs` k-pairs; the last chunk may be short).
@@ -109,8 +105,8 @@ void block(const Problem& pr, int64_t p0, int64_t t0, Scratch& s) {
   if constexpr (MT == 2) amx::zero<2>();
   if constexpr (NP == 2 && MT == 2) amx::zero<3>();
   for (int64_t c = 0; c < pr.chunks; ++c) {
-    load_tokens<4>(pr, t0, c, s.a[0]);
-    if constexpr (MT == 2) load_tokens<5>(pr, t0 + kTileTokens, c, s.a[1]);
+    load_tokens<4>(pr, t0, c);
+    if constexpr (MT == 2) load_tokens<5>(pr, t0 + kTileTokens, c);
     load_panel<6>(pr, p0, c, s.b[0]);
     if constexpr (NP == 2) load_panel<7>(pr, p0 + 1, c, s.b[1]);
     amx::dp_bf16<0, 4, 6>();
@@ -131,8 +127,8 @@ void block(const Problem& pr, int64_t p0, int64_t t0, Scratch& s) {
 template <int NP>
 void panel_pair(const Problem& pr, int64_t p0, Scratch& s) {
   int64_t t = 0;
-  for (; t + kTileTokens < pr.a.m; t += 2 * kTileTokens) block<NP, 2>(pr, p0, t, s);
-  if (t < pr.a.m) block<NP, 1>(pr, p0, t, s);
+  for (; t + kTileTokens < pr.tokens; t += 2 * kTileTokens) block<NP, 2>(pr, p0, t, s);
+  if (t < pr.tokens) block<NP, 1>(pr, p0, t, s);
 }
 
 // The tiles compute what this file assumes (operand order, the B layout), checked once on small integers, where
@@ -200,14 +196,24 @@ bool amx_ready() {
 }
 
 void run_packed_amx(const LinearArgs& a, const Runtime& rt) {
-  const int64_t pairs = (a.k + 1) / 2;
-  const Problem pr{a, pairs, (pairs + kChunkPairs - 1) / kChunkPairs, pairs * 2 * kPanel};
+  const int64_t pairs = (a.k + 1) / 2, chunks = (pairs + kChunkPairs - 1) / kChunkPairs, kp = 2 * kChunkPairs * chunks;
+  const int token_rows = int(std::min<int64_t>(a.m, kTileTokens));
+  const int64_t tokens = a.m < kTileTokens ? a.m : (a.m + kTileTokens - 1) / kTileTokens * kTileTokens;
+  const bf16_t* x = static_cast<const bf16_t*>(a.x);
+  int64_t x_stride = a.x_stride;
+  std::vector<bf16_t> padded;
+  if (tokens != a.m || kp != a.k) {  // one copy per call, not a padded tile per chunk
+    padded.assign(size_t(tokens * kp), bf16_t{});
+    for (int64_t m = 0; m < a.m; ++m) std::memcpy(padded.data() + m * kp, x + m * a.x_stride, a.k * sizeof(bf16_t));
+    x = padded.data(), x_stride = kp;
+  }
+  const Problem pr{a, pairs, chunks, pairs * 2 * kPanel, x, x_stride, tokens};
   const int64_t panels = (a.n + kPanel - 1) / kPanel, groups = (panels + 1) / 2;
   const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
   const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, 8192 / std::max<int64_t>(1, a.k)));
   rt.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
     Scratch s;
-    amx::configure(all_tiles_full());  // per task: tile state belongs to the thread that runs it
+    amx::configure(tiles_for(token_rows));  // per task: tile state belongs to the thread that runs it
     for (int64_t g = g0; g < g1; ++g) {
       if (2 * g + 1 < panels) panel_pair<2>(pr, 2 * g, s);
       else panel_pair<1>(pr, 2 * g, s);
