@@ -110,6 +110,7 @@ struct Weight {
 };
 
 double worst_error[3] = {0, 0, 0};  // f32, bf16, f16: reported, so a loosening shows in the log
+uint64_t digest = 14695981039346656037ull;  // of every checked output: paths that must agree bit for bit compare it
 
 void fail(const char* what, QuantKind kind, const char* dt, int64_t m, int64_t n, int64_t k, bool bias,
           int threads, const char* detail) {
@@ -143,6 +144,7 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bo
   };
   std::vector<T> out(size_t(m * os), fill);
   call(m, x.data(), out.data(), threads);
+  for (const T& v : out) digest = (digest ^ bits_of(v)) * 1099511628211ull;  // FNV-1a over every output's bits
 
   // The reference: the same quantized activations, exact integer dots, the float math in double.
   std::vector<int8_t> q(size_t(m * k));
@@ -309,6 +311,7 @@ int main() {
       }
   }
   std::printf("worst error f32 %.3g bf16 %.3g f16 %.3g\n", worst_error[0], worst_error[1], worst_error[2]);
+  std::printf("digest=%016llx\n", (unsigned long long)digest);
   std::printf("isa=%s\nok %d checks, %d failed\n", quant_isa_name(), checks, failures);
   return failures ? 1 : 0;
 }

@@ -17,7 +17,7 @@ CSRC = ROOT / "kernels" / "csrc"
 SOURCES = [str(Path(__file__).with_name("cpu_features_driver.cpp")), str(CSRC / "core" / "cpu_features.cpp")]
 ARM_FLAGS = ["-march=armv8.6-a+bf16+i8mm+dotprod+fp16"]
 ARM_ALL = ["fp16", "dotprod", "bf16", "i8mm"]
-CPUINFO_NAME = {"avx512bf16": "avx512_bf16", "avx512vnni": "avx512_vnni"}   # /proc/cpuinfo spellings
+CPUINFO_NAME = {"avx512bf16": "avx512_bf16", "avx512vnni": "avx512_vnni", "avxvnni": "avx_vnni"}   # /proc/cpuinfo spellings
 
 
 def run_driver(compiler: str, flags: list[str], out: Path, env: dict | None = None, runner=()) -> dict[str, list[str]]:
@@ -65,8 +65,8 @@ def test_a_baseline_arm_build_asks_for_nothing(tmp_path):
 
 @pytest.mark.skipif(not Path("/proc/cpuinfo").exists() or os.uname().machine != "x86_64", reason="x86-64 Linux host")
 def test_an_avx512_build_names_what_this_x86_cpu_lacks(tmp_path):
-    flags = ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512bf16", "-mavx512vnni"]
+    flags = ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512bf16", "-mavx512vnni", "-mavxvnni"]
     got = run_driver("g++", flags, tmp_path / "cpu_features")
-    assert got["compiled"] == ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512bf16", "avx512vnni"]
+    assert got["compiled"] == ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512bf16", "avx512vnni", "avxvnni"]
     have = x86_flags()
     assert got["missing"] == [f for f in got["compiled"] if CPUINFO_NAME.get(f, f) not in have]

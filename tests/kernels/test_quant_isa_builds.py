@@ -1,5 +1,5 @@
 """The quantized linear (kernels/csrc/core/quant_linear.cpp) on every block-dot path of vec/qdot.h:
-quant_driver.cpp built natively (AVX2, which AVX-512 machines also run, and scalar) and cross-compiled for
+quant_driver.cpp built natively (AVX2, which AVX-512 machines also run, with VNNI where the host has it, and scalar) and cross-compiled for
 AArch64 plain NEON, NEON dotprod and NEON i8mm (SMMLA tiles; gcc, and clang like macOS), run under qemu -cpu max.
 A build with i8mm needs a CPU with it (kernels/_loader.py refuses it at load otherwise), so it is not run on a
 CPU model without it. The driver checks every weight kind and dtype against a plain loop of the same math, rows bit-identical
@@ -22,6 +22,10 @@ QEMU_MAX = [*QEMU, "-cpu", "max"]  # every optional Armv8 feature (dotprod, i8mm
 VARIANTS = {
     "native": ("g++", ["-march=native"], [], None),
     "avx2": ("g++", ["-mavx2", "-mfma", "-mf16c"], [], "avx2"),
+    # vpdpbusd for maddubs + madd: the same int32 lanes, so the same bits
+    "avx512+vnni": ("g++", ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"], [],
+                    "avx2+vnni"),
+    "avx-vnni": ("g++", ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"], [], "avx2+vnni"),
     "scalar": ("g++", ["-DLLMCHAT_FORCE_SCALAR"], [], "scalar"),
     "neon": ("aarch64-linux-gnu-g++", ["-march=armv8-a"], QEMU_MAX, "neon"),  # widening multiplies, no SDOT
     "neon+dotprod": ("aarch64-linux-gnu-g++", ["-march=armv8.2-a+dotprod"], QEMU_MAX, "neon+dotprod"),
@@ -44,3 +48,15 @@ def results(tmp_path_factory):
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_quant_linear_path_matches_plain_loop(results, name):
     assert_variant_passed(results, name, VARIANTS, native_isa=K.quant_isa)
+
+
+def _digest(proc) -> str:
+    return next(line for line in proc.stdout.splitlines() if line.startswith("digest="))
+
+
+@pytest.mark.parametrize("name", ["avx512+vnni", "avx-vnni"])
+def test_vnni_gives_the_avx2_paths_bits(results, name):
+    """vpdpbusd sums the same int32 lanes as maddubs + madd, so every output of the driver has the same bits."""
+    assert_variant_passed(results, name, VARIANTS, native_isa=K.quant_isa)
+    assert_variant_passed(results, "avx2", VARIANTS, native_isa=K.quant_isa)
+    assert _digest(results[name]) == _digest(results["avx2"])

@@ -40,6 +40,12 @@ std::vector<std::string> compiled() {
 #if defined(__AVX512VNNI__)
   need.push_back("avx512vnni");
 #endif
+#if defined(__AVX512VL__)
+  need.push_back("avx512vl");
+#endif
+#if defined(__AVXVNNI__)
+  need.push_back("avxvnni");
+#endif
 #if defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
   need.push_back("fp16");
 #endif
@@ -83,6 +89,8 @@ bool cpu_has(const std::string& f) {
   if (f == "avx512bw") return x.zmm() && (x.l7b & (1u << 30));
   if (f == "avx512vnni") return x.zmm() && (x.l7c & (1u << 11));
   if (f == "avx512bf16") return x.zmm() && (x.l7s1a & (1u << 5));
+  if (f == "avx512vl") return x.zmm() && (x.l7b & (1u << 31));
+  if (f == "avxvnni") return x.ymm() && (x.l7s1a & (1u << 4));
   return false;
 }
 #elif defined(__aarch64__) && defined(__linux__)
