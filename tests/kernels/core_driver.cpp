@@ -235,6 +235,7 @@ void check_all() {
 int main() {
   rng_state = 88172645463325252ull;
   std::printf("isa=%s\n", isa_name());
+  std::printf("attention=%s\n", attention_path_name());
   check_all<float>();
   check_all<bf16_t>();
   check_all<fp16_t>();

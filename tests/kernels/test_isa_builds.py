@@ -19,7 +19,7 @@ import llmchat.kernels as K
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "kernels" / "csrc"
-CORE = ["attention.cpp", "norm.cpp", "rotary.cpp", "elementwise.cpp"]  # the kernels core_driver.cpp checks
+CORE = ["attention.cpp", "amx_linear.cpp", "norm.cpp", "rotary.cpp", "elementwise.cpp"]  # what core_driver.cpp checks (+ the AMX grant)
 SOURCES = [str(Path(__file__).with_name("core_driver.cpp")), *(str(CSRC / "core" / name) for name in CORE)]
 COMMON = ["-std=c++17", "-O2", "-Wno-maybe-uninitialized", f"-I{CSRC}"]
 QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
@@ -35,7 +35,13 @@ VARIANTS = {
     # clang is the compiler family of macOS (Apple silicon builds with Apple clang): the arm64 path must
     # compile and pass with it too, not only with gcc
     "neon+bf16 (clang)": ("clang++", ["--target=aarch64-linux-gnu", "-march=armv8.6-a+bf16"], QEMU, "neon+bf16"),
+    # bf16 attention on AMX tiles (core/attention_amx.h): on an emulation of the tiles anywhere on x86, and on
+    # the real ones where the host has them
+    "amx (emulated)": ("g++", ["-DLLMCHAT_EMULATE_AMX", "-mavx2", "-mfma", "-mf16c"], [], "avx2"),
+    "amx": ("g++", ["-march=sapphirerapids"], [], "avx512+bf16"),
 }
+# the attention path each variant must report (the rest: "vector"; native: what this CPU grants)
+ATTENTION = {"amx (emulated)": "amx", "amx": "amx"}
 # x86 variant: the /proc/cpuinfo flag it needs (the AMX ones are test_linear_isa_builds.py's)
 NATIVE_X86 = {"avx512": "avx512bw", "avx2": "avx2", "scalar": "", "amx (emulated)": "avx2", "amx": "amx_bf16",
               "avx512+vnni": "avx512_vnni", "avx-vnni": "avx_vnni"}
@@ -92,4 +98,9 @@ def assert_variant_passed(results: dict, name: str, variants: dict | None = None
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_isa_path_matches_scalar_reference(results, name):
     assert_variant_passed(results, name)
+    if name == "native":
+        want = "amx" if "amx_bf16" in Path("/proc/cpuinfo").read_text().split() else "vector"
+    else:
+        want = ATTENTION.get(name, "vector")
+    assert f"attention={want}\n" in results[name].stdout
 

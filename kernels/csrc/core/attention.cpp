@@ -14,6 +14,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+#include "amx_linear.h"
 #include "attention_tile.h"
 
 namespace llmchat {
@@ -149,9 +150,20 @@ void run(const PagedAttentionArgs& a, const Runtime& rt) {
   std::atomic<int64_t> next{0};
   const int64_t n = int64_t(plan.tiles.size());
   const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(rt.num_threads, n));
+#if defined(LLMCHAT_HAS_AMX)
+  const bool tiles = std::is_same_v<T, bf16_t> && a.head_size % 32 == 0 && a.head_size <= 256 &&
+                     attn::chunk_keys(a.block_size) <= 256 && amx_ready();  // for every row (attention_amx.h)
+#endif
   rt.parallel_for(workers, 1, [&](int64_t, int64_t) {
     attn::Scratch scratch;
+#if defined(LLMCHAT_HAS_AMX)
+    scratch.amx = tiles;
+    if (tiles) amx::configure(attn::amx_attn::config());  // tile state belongs to the thread that runs it
+#endif
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(a, plan.tiles[i], scratch, partials.data());
+#if defined(LLMCHAT_HAS_AMX)
+    if (tiles) amx::release();
+#endif
   });
   if (!plan.merges.empty()) {
     rt.parallel_for(int64_t(plan.merges.size()), 1, [&](int64_t b, int64_t e) {
@@ -161,6 +173,13 @@ void run(const PagedAttentionArgs& a, const Runtime& rt) {
 }
 
 }  // namespace
+
+const char* attention_path_name() {
+#if defined(LLMCHAT_HAS_AMX)
+  if (amx_ready()) return "amx";
+#endif
+  return "vector";
+}
 
 void paged_attention(const PagedAttentionArgs& a, const Runtime& rt) {
   if (a.num_seqs == 0) return;

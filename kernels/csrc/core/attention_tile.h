@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../vec/vec.h"
+#include "attention_amx.h"
 #include "attention_micro.h"
 #include "kernels.h"
 
@@ -29,6 +30,10 @@ struct Scratch {
   std::vector<float> q, acc, scores, m, l, total, total_m, total_l;
   std::vector<bf16_t> q_bf16, probs_bf16;
   Prefetch prefetch;
+#if defined(LLMCHAT_HAS_AMX)
+  bool amx = false;  // this thread has configured the tiles: bf16 tiles with D % 32 == 0 run on them
+  amx_attn::Scratch tiles;
+#endif
   void reserve(int rows, int head_size, int score_rows, int score_stride) {
     q.resize(size_t(rows) * head_size);
     q_bf16.resize(size_t(rows) * head_size);
@@ -122,19 +127,25 @@ template <typename T, int NC>
 void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* partials) {
   const int G = a.num_q_heads / a.num_kv_heads, D = a.head_size, bs = a.block_size;
   const int rows_h = t.num_q * G, rows = rows_h * t.num_heads;
-  const int chunk = chunk_keys(bs), ldS = round_up16(chunk + bs);
-  s.reserve(rows, D, rows_h, ldS);
-  float *q = s.q.data(), *acc = s.acc.data(), *S = s.scores.data(), *m = s.m.data(), *l = s.l.data();
+  const int chunk = chunk_keys(bs);
 
   // bf16 caches with D % 32 == 0 keep q in bf16 and scale the scores instead (no extra rounding of q).
   constexpr bool kMayBf16Dot = std::is_same_v<T, bf16_t> && NC % 2 == 0;
   const bool bf16_dot = kMayBf16Dot && D % 32 == 0;
   const float score_scale = bf16_dot ? a.scale : 1.f;
+#if defined(LLMCHAT_HAS_AMX)
+  const bool on_tiles = bf16_dot && s.amx;  // attention_amx.h: scores and P.V in whole 16-row tiles
+#else
+  constexpr bool on_tiles = false;
+#endif
 #ifdef LLMCHAT_NATIVE_BF16_DOT
   const bool bf16_pv = std::is_same_v<T, bf16_t> && D % 32 == 0;  // P rounded to bf16 for the pair-dot P.V
 #else
-  constexpr bool bf16_pv = false;
+  const bool bf16_pv = on_tiles;
 #endif
+  const int ldS = on_tiles ? std::max(round_up16(chunk + bs), (chunk + 31) / 32 * 32) : round_up16(chunk + bs);
+  s.reserve(rows, D, on_tiles ? round_up16(rows_h) : rows_h, ldS);
+  float *q = s.q.data(), *acc = s.acc.data(), *S = s.scores.data(), *m = s.m.data(), *l = s.l.data();
   const T* query = static_cast<const T*>(a.query);
   const VecF q_scale = VecF::set1(a.scale);
   for (int r = 0; r < rows; ++r) {
@@ -148,6 +159,13 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
     m[r] = kNegInf;
     l[r] = 0.f;
   }
+
+#if defined(LLMCHAT_HAS_AMX)
+  if constexpr (kMayBf16Dot) {
+    if (on_tiles) amx_attn::pack_queries(s.tiles, s.q_bf16.data(), rows_h, t.num_heads, D);
+  }
+  const size_t q_tiles_per_head = size_t(s.tiles.groups) * s.tiles.d_chunks * amx_attn::kT * amx_attn::kT;
+#endif
 
   const int32_t* table = a.block_tables + int64_t(t.seq) * a.bt_stride;
   const T* kc = static_cast<const T*>(a.key_cache);
@@ -199,7 +217,18 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
       float *acc_h = acc + r0 * D, *m_h = m + r0, *l_h = l + r0;
       const int num_runs = key_runs(head, k0, k1);
       float* Sc = S;
+#if defined(LLMCHAT_HAS_AMX)
+      if constexpr (std::is_same_v<T, bf16_t>) {
+        if (on_tiles) {
+          k_stream.plan(nk, pf);
+          amx_attn::qk(s.tiles, s.tiles.q_t.data() + hi * q_tiles_per_head, rows_h, runs, num_runs, nk, D, S, ldS, pf);
+          pf.finish();
+        }
+      }
+      for (int i = 0; i < (on_tiles ? 0 : num_runs); ++i) {
+#else
       for (int i = 0; i < num_runs; ++i) {
+#endif
         k_stream.plan(runs[i].n, pf);
         if constexpr (kMayBf16Dot) {
           if (bf16_dot) qk_all<Bf16Dot, NC / 2>(s.q_bf16.data() + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);
@@ -224,6 +253,20 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
       }
       for (int i = 0; i < num_runs; ++i) runs[i].rows = vc + (runs[i].rows - kc);  // V: the same layout as K
       v_stream.plan(nk, pf);
+#if defined(LLMCHAT_HAS_AMX)
+      if constexpr (std::is_same_v<T, bf16_t>) {
+        if (on_tiles) {  // whole 32-key tiles: P is zero past the padded scores
+          const int n_pad32 = (nk + 31) / 32 * 32;
+          for (int r = 0; r < rows_h; ++r)
+            for (int j = n_pad; j < n_pad32; ++j) probs[r * ldS + j] = bf16_t{};
+          pf.step(nk);
+          amx_attn::pack_values(s.tiles, runs, num_runs, nk, D);
+          pf.finish();
+          amx_attn::pv(s.tiles, probs, ldS, rows_h, nk, D, acc_h);
+          continue;
+        }
+      }
+#endif
 #ifdef LLMCHAT_NATIVE_BF16_DOT
       if constexpr (std::is_same_v<T, bf16_t>) {
         if (bf16_pv) {

@@ -57,6 +57,8 @@ struct PagedAttentionArgs {
   int sliding_window = -1;  // > 0: a query at p sees keys at k with p - k < sliding_window
 };
 void paged_attention(const PagedAttentionArgs& a, const Runtime& rt);
+// What computes bf16 attention with head size % 32 == 0 here: "amx" (tiles, every row) or "vector".
+const char* attention_path_name();
 
 // x, out: [T, H] rows (row strides in elements); weight [H] in dt, or fp32 with f32_weight (Gemma's 1 + w:
 // then rounded once, at the end, as transformers' Gemma3RMSNorm). fp32 math, rounding like HF.
