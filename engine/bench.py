@@ -90,6 +90,12 @@ def transformers_figures(model_path, dtype: torch.dtype, sessions: list[int], ne
     return fig
 
 
+def baseline_env() -> dict:
+    """The environment of a baseline's process: llmchat's own OMP_WAIT_POLICY=PASSIVE (tui/cli.py) makes every
+    OpenMP barrier sleep, which costs transformers and llama.cpp (an OpenMP build) most of their speed."""
+    return {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+
+
 def transformers_baseline(model_path, dtype: str, sessions: list[int], new_tokens: int, prompt_len: int,
                           prefix_len: int, vocab: int) -> dict:
     """transformers_figures in a fresh process: OpenMP as a transformers user has it, this process's threads."""
@@ -101,8 +107,8 @@ def transformers_baseline(model_path, dtype: str, sessions: list[int], new_token
             "torch.set_num_threads(a.pop('threads'))\n"
             "a['dtype'] = getattr(torch, a['dtype'])\n"
             "print(json.dumps(transformers_figures(**a)))\n")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True,
+                          env=baseline_env())
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"the transformers baseline failed: {tail[0]}")

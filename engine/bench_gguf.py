@@ -95,7 +95,9 @@ def llamacpp_figures(gguf: Path, prompt: list[int], prefix: list[int], new_token
         args = dict(gguf=str(gguf), threads=torch.get_num_threads(), prompt=prompt, prefix=prefix,
                     new_tokens=new_tokens, text=ids, scores_out=str(scores),
                     n_ctx=max(len(prefix), len(prompt) + new_tokens, len(ids)) + 16)
-        done = subprocess.run([python, "-c", LLAMACPP_CODE, json.dumps(args)], capture_output=True, text=True)
+        from .bench import baseline_env
+        done = subprocess.run([python, "-c", LLAMACPP_CODE, json.dumps(args)], capture_output=True, text=True,
+                              env=baseline_env())
         if done.returncode != 0:
             tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
             return {"error": f"llama.cpp failed: {tail[0]}"}

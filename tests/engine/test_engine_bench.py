@@ -42,3 +42,25 @@ def test_bench_context_reports_decode_at_each_length_and_the_windows_kv_reads(ti
         assert row["decode_tok_s"] > 0
         assert row["kv_mb_read_per_token"] < row["kv_mb_if_all_global"]   # the local layer reads its window only
     assert report["kv_tokens"] >= 260 and report["kv_cache_gb"] <= report["kv_gb_one_pool"]
+
+
+def test_the_llamacpp_baseline_runs_with_openmps_default_wait_policy(monkeypatch, tmp_path):
+    """llama.cpp is an OpenMP build: under llmchat's PASSIVE policy each of its barriers sleeps (4x slower)."""
+    import sys
+
+    import torch
+
+    from llmchat.engine import bench_gguf
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("LLMCHAT_LLAMACPP_PYTHON", sys.executable)   # has no llama_cpp: the run fails, reported
+    seen = {}
+    real_run = bench_gguf.subprocess.run
+
+    def spy(cmd, **kw):
+        seen["policy"] = kw["env"].get("OMP_WAIT_POLICY", "unset")
+        return real_run(cmd, **kw)
+
+    monkeypatch.setattr(bench_gguf.subprocess, "run", spy)
+    fig = bench_gguf.llamacpp_figures(tmp_path / "x.gguf", [1, 2], [1, 2, 3], 2, [1, 2, 3], torch.zeros(3, 4))
+    assert "error" in fig and fig["error"].startswith("llama.cpp failed")
+    assert seen["policy"] == "unset"
