@@ -127,7 +127,8 @@ def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 
     result = {
         "model": str(model_path), "dtype": str(runner.dtype).replace("torch.", ""),
         "weights": _weights_label(runner.model, gguf, engine_kwargs.get("quantize")),
-        "attention_backend": runner.attention_backend, "threads": torch.get_num_threads(),
+        "attention_backend": runner.attention_backend, "kernel_paths": kernel_paths(),
+        "threads": torch.get_num_threads(),
         "kv_cache_gb": llm.metrics().kv_cache_gb, "new_tokens": new_tokens, "prompt_len": prompt_len,
         "prefix_len": prefix_len,
         "engine": engine_figures(llm, list(sessions), new_tokens, prompt_len, prefix_len),
@@ -180,11 +181,21 @@ def _quantized_figures(result: dict, llm, gguf, folder, new_tokens: int, prompt_
         result["ratio_vs_llamacpp"] = {k: e[k] / lc[k] for k in ("decode_tok_s_1", "prefill_tok_s")}
 
 
+def kernel_paths() -> dict:
+    """What computes here (kernels/): the vector path, bf16 projections (AMX tiles where granted), quantized ones."""
+    from llmchat import kernels
+    if not kernels.available():
+        return {}
+    return {"vector": kernels.isa(), "bf16_projections": kernels.packed_isa(), "quantized": kernels.quant_isa()}
+
+
 def format_report(r: dict) -> str:
     e, hf, ratio = r["engine"], r.get("transformers", {}), r.get("ratio_vs_transformers", {})
     lines = [f"llmchat bench: {r['model']} ({r['dtype']}, attention={r['attention_backend']}, "
              f"{r['threads']} threads, KV cache {r['kv_cache_gb']:.2f} GiB; weights: {r.get('weights', 'dense')})",
              f"{'figure':<28}{'llmchat':>12}{'transformers':>14}{'ratio':>9}"]
+    if r.get("kernel_paths"):
+        lines.insert(1, "kernels: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in r["kernel_paths"].items()))
     rows = [("decode tok/s, 1 session", "decode_tok_s_1")]
     rows += [(f"aggregate tok/s, {k[16:]} sessions", k) for k in e if k.startswith("aggregate_tok_s_")]
     rows += [(f"prefill tok/s ({r['prefix_len']} tok)", "prefill_tok_s"), ("TTFT cold, s", "ttft_cold_s"),

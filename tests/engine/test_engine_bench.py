@@ -26,6 +26,8 @@ def test_bench_reports_every_figure_with_a_baseline(tiny_model_dir, capsys, monk
     for key in ("decode_tok_s_1", "aggregate_tok_s_2", "prefill_tok_s", "ttft_cold_s", "ttft_cached_prefix_s"):
         assert engine[key] > 0 and hf[key] > 0 and report["ratio_vs_transformers"][key] > 0
     assert engine["cached_prefix_tokens"] > 0
+    import llmchat.kernels as K
+    assert report["kernel_paths"] == {"vector": K.isa(), "bf16_projections": K.packed_isa(), "quantized": K.quant_isa()}
     assert "policy" in seen and seen["policy"] is None
 
 
