@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .bench import baseline_env
 from .quant.quality import TEXT, compare, sequence_logits
 
 LLAMACPP_CODE = r"""
@@ -95,7 +96,6 @@ def llamacpp_figures(gguf: Path, prompt: list[int], prefix: list[int], new_token
         args = dict(gguf=str(gguf), threads=torch.get_num_threads(), prompt=prompt, prefix=prefix,
                     new_tokens=new_tokens, text=ids, scores_out=str(scores),
                     n_ctx=max(len(prefix), len(prompt) + new_tokens, len(ids)) + 16)
-        from .bench import baseline_env
         done = subprocess.run([python, "-c", LLAMACPP_CODE, json.dumps(args)], capture_output=True, text=True,
                               env=baseline_env())
         if done.returncode != 0:

@@ -39,13 +39,8 @@ struct Scratch {
   alignas(64) float c[kTileTokens * kPanel];
 };
 
-// Every tile 16 rows x 64 bytes, but the C and token tiles `token_rows` rows.
-amx::TileConfig tiles_for(int token_rows) {
-  amx::TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = t < 6 ? token_rows : kTileTokens, cfg.colsb[t] = kTileBytes;
-  return cfg;
-}
-amx::TileConfig all_tiles_full() { return tiles_for(kTileTokens); }
+// The C tiles 0-3 and token tiles 4-5 `token_rows` rows, the panel tiles whole.
+amx::TileConfig tiles_for(int token_rows) { return amx::full_tiles(token_rows, 6); }
 
 struct Problem {
   const LinearArgs& a;
@@ -141,7 +136,7 @@ bool tiles_agree() {
   for (int j = 0; j < kChunkPairs; ++j)
     for (int n = 0; n < kPanel; ++n)
       for (int e = 0; e < 2; ++e) w[(j * kPanel + n) * 2 + e] = to_bf16(float((5 * j + 2 * n + e) % 5) - 2.f);
-  amx::configure(all_tiles_full());
+  amx::configure(amx::full_tiles());
   amx::zero<0>();
   amx::load<4>(x, kTileBytes);
   amx::load<6>(w, kTileBytes);

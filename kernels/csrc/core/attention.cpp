@@ -151,14 +151,14 @@ void run(const PagedAttentionArgs& a, const Runtime& rt) {
   const int64_t n = int64_t(plan.tiles.size());
   const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(rt.num_threads, n));
 #if defined(LLMCHAT_HAS_AMX)
-  const bool tiles = std::is_same_v<T, bf16_t> && a.head_size % 32 == 0 && a.head_size <= 256 &&
-                     attn::chunk_keys(a.block_size) <= 256 && amx_ready();  // for every row (attention_amx.h)
+  const bool tiles = std::is_same_v<T, bf16_t> && attn::amx_attn::fits(a.head_size, attn::chunk_keys(a.block_size)) &&
+                     amx_ready();  // for every row (attention_amx.h)
 #endif
   rt.parallel_for(workers, 1, [&](int64_t, int64_t) {
     attn::Scratch scratch;
 #if defined(LLMCHAT_HAS_AMX)
     scratch.amx = tiles;
-    if (tiles) amx::configure(attn::amx_attn::config());  // tile state belongs to the thread that runs it
+    if (tiles) amx::configure(amx::full_tiles());  // tile state belongs to the thread that runs it
 #endif
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(a, plan.tiles[i], scratch, partials.data());
 #if defined(LLMCHAT_HAS_AMX)

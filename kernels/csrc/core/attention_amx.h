@@ -28,11 +28,9 @@ struct Scratch {
   int groups = 0, d_chunks = 0;
 };
 
-inline amx::TileConfig config() {
-  amx::TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = kT, cfg.colsb[t] = 64;
-  return cfg;
-}
+// What this file handles: bf16 head sizes that are whole 32-element d chunks up to 256 (pack_values' zero row)
+// and chunks of at most 256 keys (its row list).
+inline bool fits(int head_size, int chunk_keys) { return head_size % 32 == 0 && head_size <= 256 && chunk_keys <= 256; }
 
 // Q^T tiles for `rows` query rows (bf16, D apart) of every head of the tile, heads rows_h apart: row group g of
 // head h is tile rows [16 g, 16 g + 16) of that head; rows past rows_h are zero.

@@ -225,10 +225,8 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
           pf.finish();
         }
       }
-      for (int i = 0; i < (on_tiles ? 0 : num_runs); ++i) {
-#else
-      for (int i = 0; i < num_runs; ++i) {
 #endif
+      for (int i = 0; i < (on_tiles ? 0 : num_runs); ++i) {
         k_stream.plan(runs[i].n, pf);
         if constexpr (kMayBf16Dot) {
           if (bf16_dot) qk_all<Bf16Dot, NC / 2>(s.q_bf16.data() + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);

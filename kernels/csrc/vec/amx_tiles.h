@@ -33,6 +33,13 @@ static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads exactly 64 bytes");
 
 inline constexpr int kMaxRows = 16, kMaxColsb = 64;
 
+// Every tile 16 rows x 64 bytes, but tiles [0, count) `rows` rows (a step with fewer tokens than a tile).
+inline TileConfig full_tiles(int rows = kMaxRows, int count = 0) {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = uint8_t(t < count ? rows : kMaxRows), cfg.colsb[t] = kMaxColsb;
+  return cfg;
+}
+
 #if defined(LLMCHAT_AMX_EMULATED)
 struct EmulatedTiles {
   TileConfig cfg;
