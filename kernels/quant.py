@@ -11,6 +11,9 @@ Scales and mins are float32, or float16 where the GGUF file's are (Q8_0, Q4_0/1,
 Activations are quantized per call to int8 in blocks of 32 (d = max|x| / 127, q = round-half-even(x / d)).
 `reference_linear` is the same math in torch (the oracle of the op); `dequantize` gives the weight as floats,
 exactly as the gguf package dequantizes the file it came from.
+On x86 with AVX512-VNNI (`tiles_native()`), `tiled()` reorders a weight of N % 16 == 0 rows into 16-row
+groups (csrc/core/quant_tiles.h): the same tensors' shapes and bytes, in the order the VNNI block dots and the
+AMX-INT8 tiles read. A tiled weight is the only copy; `untiled()` gives the row layout back, exactly.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from ._loader import require
 
 KINDS = {"q8": 0, "q8h": 1, "q4": 2, "q5": 3}
 BLOCK = 32
+TILE_ROWS = 16  # weight rows per group of the tile layout
 _EMPTY_I32 = torch.empty(0, dtype=torch.int32)
 _EMPTY_F32 = torch.empty(0, dtype=torch.float32)
 
@@ -35,6 +39,7 @@ class QuantWeight:
     high: torch.Tensor | None = None
     source: str = ""          # the GGUF type it came from, e.g. "Q4_K"
     min_offset: int = 0       # without mins: min = min_offset * scale
+    tiled: bool = False       # the 16-row tile layout (csrc/core/quant_tiles.h), else rows
 
     @property
     def n(self) -> int:
@@ -63,19 +68,82 @@ class QuantWeight:
         values, scales = next(it), next(it)
         mins = next(it) if self.mins is not None else None
         high = next(it) if self.high is not None else None
-        return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset)
+        return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, self.tiled)
+
+    @property
+    def code(self) -> int:
+        """The op's kind argument: KINDS, plus 4 for the tile layout."""
+        return KINDS[self.kind] + (4 if self.tiled else 0)
+
+    def tileable(self) -> bool:
+        return not self.tiled and self.n % TILE_ROWS == 0
+
+    def tiled_copy(self) -> QuantWeight:
+        """The weight in the 16-row tile layout (see the module doc): a reordering, exact."""
+        assert self.tileable(), "only a row-layout weight of N % 16 == 0 rows tiles"
+        groups, nb = self.n // TILE_ROWS, self.k // BLOCK
+        if self.kind in ("q8", "q8h"):  # [g, n, b, r, j] -> [g, b, r, n, j], as u8 (w + 128)
+            v = self.values.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4) ^ -128
+        else:                           # nibble bytes [g, n, b, r, j] -> [g, b, r, n, j]
+            v = self.values.view(groups, TILE_ROWS, nb, 4, 4).permute(0, 2, 3, 1, 4)
+        values = v.contiguous().view(self.values.shape)
+        high = None
+        if self.high is not None:      # bit 4 of element 4r + j of row n -> bit 4n + j of word r
+            bits = (self.high.view(groups, TILE_ROWS, nb, 1).to(torch.int64) >> torch.arange(32)) & 1
+            bits = bits.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(groups, nb, 8, 64)
+            words = (bits << torch.arange(64)).sum(-1)                      # int64 wraps like uint64
+            high = words.contiguous().view(torch.int32).view(self.high.shape)
+        return QuantWeight(self.kind, values, _group_major(self.scales), _group_major(self.mins), high,
+                           self.source, self.min_offset, True)
+
+    def untiled(self) -> QuantWeight:
+        """The row layout of a tiled weight (itself when it is not tiled)."""
+        if not self.tiled:
+            return self
+        groups, nb = self.n // TILE_ROWS, self.k // BLOCK
+        if self.kind in ("q8", "q8h"):
+            v = (self.values.view(groups, nb, 8, TILE_ROWS, 4) ^ -128).permute(0, 3, 1, 2, 4)
+        else:
+            v = self.values.view(groups, nb, 4, TILE_ROWS, 4).permute(0, 3, 1, 2, 4)
+        values = v.contiguous().view(self.values.shape)
+        high = None
+        if self.high is not None:
+            words = self.high.reshape(-1).view(torch.int64).view(groups, nb, 8, 1)
+            bits = (words >> torch.arange(64)) & 1                          # [g, b, r, 4n + j]
+            bits = bits.view(groups, nb, 8, TILE_ROWS, 4).permute(0, 3, 1, 2, 4).reshape(self.n, nb, 32)
+            high = (bits << torch.arange(32)).sum(-1).to(torch.int32)     # wraps like uint32
+        return QuantWeight(self.kind, values, _row_major(self.scales), _row_major(self.mins), high,
+                           self.source, self.min_offset, False)
 
     def effective_mins(self) -> torch.Tensor | None:
         """fp32 mins [N, K/32]: stored ones, or min_offset * scale, or None."""
+        if self.tiled:
+            return self.untiled().effective_mins()
         if self.mins is not None:
             return self.mins.float()
         return self.min_offset * self.scales.float() if self.min_offset else None
 
     def rows(self, index: torch.Tensor | slice) -> QuantWeight:
-        """The weight of rows `index` (a slice or a permutation): rows are independent blocks, so exact."""
+        """The weight of rows `index` (a slice or a permutation): rows are independent blocks, so exact. A tiled
+        weight keeps its layout for a slice of whole groups (a view), else gives rows in the row layout."""
+        if self.tiled:
+            if isinstance(index, slice) and index.step in (None, 1):
+                lo, hi, _ = index.indices(self.n)
+                if lo % TILE_ROWS == 0 and hi % TILE_ROWS == 0:
+                    return self._group_slice(lo // TILE_ROWS, hi // TILE_ROWS)
+            return self.untiled().rows(index)
         pick = (lambda t: None if t is None else t[index].contiguous())
         return QuantWeight(self.kind, pick(self.values), pick(self.scales), pick(self.mins), pick(self.high),
                            self.source, self.min_offset)
+
+    def _group_slice(self, g0: int, g1: int) -> QuantWeight:
+        def part(t):  # every tensor of a tiled weight is group-major: groups [g0, g1) are one contiguous run
+            if t is None:
+                return None
+            per = t.shape[0] // (self.n // TILE_ROWS)
+            return t[g0 * per:g1 * per]
+        return QuantWeight(self.kind, part(self.values), part(self.scales), part(self.mins), part(self.high),
+                           self.source, self.min_offset, True)
 
     @staticmethod
     def cat(parts: list[QuantWeight]) -> QuantWeight:
@@ -85,15 +153,17 @@ class QuantWeight:
         join = (lambda ts: None if ts[0] is None else torch.cat(ts))
         return QuantWeight(parts[0].kind, join([p.values for p in parts]), join([p.scales for p in parts]),
                            join([p.mins for p in parts]), join([p.high for p in parts]),
-                           "+".join(sorted({p.source for p in parts})), parts[0].min_offset)
+                           "+".join(sorted({p.source for p in parts})), parts[0].min_offset, parts[0].tiled)
 
     @property
     def layout(self) -> tuple:
         """What must agree for two weights to run as one op call."""
-        return self.kind, self.mins is None, self.scales.dtype, self.min_offset
+        return self.kind, self.mins is None, self.scales.dtype, self.min_offset, self.tiled
 
     def integers(self) -> torch.Tensor:
         """The quantized values as int32 [N, K] (u 0..31 for q4/q5, signed for q8/q8h)."""
+        if self.tiled:
+            return self.untiled().integers()
         if self.kind in ("q8", "q8h"):
             return self.values.to(torch.int32)
         v = self.values.view(self.n, -1, 16).to(torch.int32)
@@ -105,12 +175,27 @@ class QuantWeight:
 
     def dequantize(self) -> torch.Tensor:
         """fp32 [N, K]: scale * q (+ min), rounded as the gguf package does (never a fused multiply-add)."""
+        if self.tiled:
+            return self.untiled().dequantize()
         q = self.integers().float().view(self.n, -1, 16 if self.kind == "q8h" else BLOCK)
         w = q * self.scales.float().unsqueeze(-1)
         mins = self.effective_mins()
         if mins is not None:
             w = w.view(self.n, -1, BLOCK) + mins.unsqueeze(-1)
         return w.reshape(self.n, self.k)
+
+
+def _group_major(t: torch.Tensor | None) -> torch.Tensor | None:
+    """Per-block factors [N, S] -> [N / 16, S, 16] order (same shape): 16 rows' factors side by side."""
+    if t is None:
+        return None
+    return t.view(-1, TILE_ROWS, t.shape[1]).transpose(1, 2).contiguous().view(t.shape)
+
+
+def _row_major(t: torch.Tensor | None) -> torch.Tensor | None:
+    if t is None:
+        return None
+    return t.view(-1, t.shape[1], TILE_ROWS).transpose(1, 2).contiguous().view(t.shape)
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -124,6 +209,7 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
 
 def reference_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The op's math in torch, in float64 (exact integer dots): the oracle for quant_linear. Returns x.dtype."""
+    w = w.untiled()
     q, d, dsum = quantize_activations(x)
     m, nb = q.shape[0], w.k // BLOCK
     qa = q.view(m, nb, BLOCK).double()
@@ -151,7 +237,7 @@ def quant_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = No
     if out is None:
         out = torch.empty(x.shape[0], w.n, dtype=x.dtype)
     values, high, scales, mins = w.tensors()
-    torch.ops.llmchat.quant_linear(x, values, high, scales, mins, KINDS[w.kind], w.min_offset, bias, out)
+    torch.ops.llmchat.quant_linear(x, values, high, scales, mins, w.code, w.min_offset, bias, out)
     return out
 
 
@@ -160,7 +246,7 @@ def quant_rows(w: QuantWeight, ids: torch.Tensor, dtype: torch.dtype) -> torch.T
     require()
     out = torch.empty(ids.shape[0], w.k, dtype=dtype)
     values, high, scales, mins = w.tensors()
-    torch.ops.llmchat.quant_rows(ids.contiguous(), values, high, scales, mins, KINDS[w.kind], w.min_offset, out)
+    torch.ops.llmchat.quant_rows(ids.contiguous(), values, high, scales, mins, w.code, w.min_offset, out)
     return out
 
 
@@ -168,6 +254,17 @@ def quant_isa() -> str:
     """The block-dot path compiled in: avx2, neon+dotprod+i8mm (SMMLA tiles), neon+dotprod, neon or scalar."""
     require()
     return torch.ops.llmchat.quant_isa()
+
+
+def tiles_isa() -> str:
+    """The tile layout's path here: "avx512+vnni", "avx512+vnni+amx" (AMX-INT8 for 16-token tiles), or ""."""
+    require()
+    return torch.ops.llmchat.quant_tiles_isa()
+
+
+def tiles_native() -> bool:
+    """True when this build runs weights in the tile layout (x86 with AVX512-VNNI)."""
+    return bool(tiles_isa())
 
 
 def register_fake() -> None:

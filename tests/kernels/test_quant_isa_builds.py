@@ -15,7 +15,7 @@ import llmchat.kernels as K
 from test_isa_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
 
 SOURCES = [str(Path(__file__).with_name("quant_driver.cpp")),
-           *(str(CSRC / "core" / name) for name in ("quant_linear.cpp", "elementwise.cpp"))]  # + serial_runtime
+           *(str(CSRC / "core" / name) for name in ("quant_linear.cpp", "quant_tiles.cpp", "amx_linear.cpp", "elementwise.cpp"))]  # + serial_runtime
 QEMU_MAX = [*QEMU, "-cpu", "max"]  # every optional Armv8 feature (dotprod, i8mm, bf16), whatever qemu's default
 
 # name: (compiler, flags, runner prefix, quant_isa_name() the driver must report; None: the extension's)

@@ -30,6 +30,7 @@ struct QuantWeightView {
   const void* mins = nullptr;      // Q4/Q5: [N, K/32] like scales, or null
   bool half_factors = false;
   int min_offset = 0;              // a power of two: min_offset * scale is exact
+  bool tiled = false;              // the 16-row tile layout of quant_tiles.h (n % 16 == 0), else rows
 };
 
 struct QuantLinearArgs {

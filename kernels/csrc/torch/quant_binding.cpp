@@ -58,6 +58,7 @@ void quant_rows_op(const at::Tensor& ids, const at::Tensor& values, const at::Te
 }
 
 std::string quant_isa_op() { return quant_isa_name(); }
+std::string quant_tiles_isa_op() { return quant_tiles_isa(); }
 
 }  // namespace
 }  // namespace llmchat::binding
@@ -68,6 +69,7 @@ TORCH_LIBRARY_FRAGMENT(llmchat, m) {
   m.def("quant_rows(Tensor ids, Tensor values, Tensor high, Tensor scales, Tensor mins, int kind, int min_offset, "
         "Tensor(a!) out) -> ()");
   m.def("quant_isa() -> str", &llmchat::binding::quant_isa_op);
+  m.def("quant_tiles_isa() -> str", &llmchat::binding::quant_tiles_isa_op);
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) {

@@ -2,6 +2,7 @@
 // decoder_stack bindings.
 #pragma once
 #include "../core/quant_linear.h"
+#include "../core/quant_tiles.h"
 #include "checks.h"
 
 namespace llmchat::binding {
@@ -11,9 +12,12 @@ namespace llmchat::binding {
 inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& values, const at::Tensor& high,
                                          const at::Tensor& scales, const at::Tensor& mins, int64_t kind,
                                          int64_t min_offset) {
-  LLMCHAT_CHECK(kind >= 0 && kind <= 3, op, "kind must be 0 (q8), 1 (q8 halves), 2 (q4) or 3 (q5), got ", kind);
+  LLMCHAT_CHECK(kind >= 0 && kind <= 7, op,
+                "kind must be 0 (q8), 1 (q8 halves), 2 (q4) or 3 (q5), plus 4 for the tile layout, got ", kind);
   QuantWeightView w;
-  w.kind = QuantKind(kind);
+  w.kind = QuantKind(kind & 3);
+  w.tiled = kind >= 4;
+  LLMCHAT_CHECK(!w.tiled || quant_tiles_compiled(), op, "this build has no tile layout (it needs AVX512-VNNI)");
   const bool nibbles = w.kind == QuantKind::Q4 || w.kind == QuantKind::Q5;
   for (auto [t, name] : {std::pair{&values, "values"}, {&scales, "scales"}}) {
     check_cpu(op, *t, name);
@@ -27,6 +31,7 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
   w.n = values.size(0), w.k = values.size(1) * (nibbles ? 2 : 1);
   LLMCHAT_CHECK(w.k % 32 == 0 && w.k > 0, op, "K must be a positive multiple of 32, got ", w.k);
   const int64_t nb = w.k / 32;
+  LLMCHAT_CHECK(!w.tiled || w.n % kTileRows == 0, op, "a tiled weight has a multiple of 16 rows, got ", w.n);
   check_shape(op, scales, "scales", {w.n, w.kind == QuantKind::Q8Halves ? 2 * nb : nb});
   w.values = values.data_ptr(), w.scales = scales.data_ptr();
   if (w.kind == QuantKind::Q5) {

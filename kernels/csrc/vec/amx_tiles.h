@@ -19,6 +19,10 @@
 #define LLMCHAT_HAS_AMX 1
 #endif
 
+#if defined(LLMCHAT_HAS_AMX) && (defined(LLMCHAT_AMX_EMULATED) || defined(__AMX_INT8__) || defined(__AMXINT8__))
+#define LLMCHAT_HAS_AMX_INT8 1  // TDPBSUD (core/quant_tiles.cpp)
+#endif
+
 #if defined(LLMCHAT_HAS_AMX)
 namespace llmchat::amx {
 
@@ -107,6 +111,22 @@ template <int C, int A, int B> inline void dp_bf16() {
       std::memcpy(emulated.data[C] + m * kMaxColsb + 4 * n, &acc, 4);
     }
 }
+// C[m][n] += sum_k A[m][k] * B[k / 4][4n + k % 4] (int32), A signed bytes, B unsigned: TDPBSUD.
+template <int C, int A, int B> inline void dp_s8u8() {
+  check_tile(C), check_tile(A), check_tile(B);
+  const TileConfig& c = emulated.cfg;
+  if (c.rows[A] != c.rows[C] || c.colsb[B] != c.colsb[C] || c.colsb[A] != c.rows[B] * 4) fault("TDPBSUD shapes");
+  if (C == A || C == B || A == B) fault("TDPBSUD tiles must differ");
+  const int cols = c.colsb[C] / 4;
+  for (int m = 0; m < c.rows[C]; ++m)
+    for (int n = 0; n < cols; ++n) {
+      int32_t acc;
+      std::memcpy(&acc, emulated.data[C] + m * kMaxColsb + 4 * n, 4);
+      for (int k = 0; k < c.colsb[A]; ++k)
+        acc += int32_t(int8_t(emulated.data[A][m * kMaxColsb + k])) * int32_t(emulated.data[B][(k / 4) * kMaxColsb + 4 * n + k % 4]);
+      std::memcpy(emulated.data[C] + m * kMaxColsb + 4 * n, &acc, 4);
+    }
+}
 #else
 // GCC's _tile_* macros paste the tile number into the instruction text, so each tile gets its own functions.
 inline void configure(const TileConfig& c) { _tile_loadconfig(&c); }
@@ -136,6 +156,15 @@ LLMCHAT_AMX_DP(1, 4, 7)
 LLMCHAT_AMX_DP(2, 5, 6)
 LLMCHAT_AMX_DP(3, 5, 7)
 #undef LLMCHAT_AMX_DP
+#if defined(LLMCHAT_HAS_AMX_INT8)
+template <int C, int A, int B> void dp_s8u8();
+// the (C, A, B) triples quant_tiles.cpp uses
+#define LLMCHAT_AMX_DP_S8U8(C, A, B) \
+  template <> inline void dp_s8u8<C, A, B>() { _tile_dpbsud(C, A, B); }
+LLMCHAT_AMX_DP_S8U8(2, 0, 1)
+LLMCHAT_AMX_DP_S8U8(5, 3, 4)
+#undef LLMCHAT_AMX_DP_S8U8
+#endif
 #endif
 
 }  // namespace llmchat::amx

@@ -1,0 +1,38 @@
+// Quantized weights in 16-row tiles: the layout x86 machines with AVX512-VNNI run, read by both the VNNI block
+// dots (every step size) and AMX-INT8 tiles (TDPBSUD, each whole tile of 16 tokens) from one copy.
+// A weight with N % 16 == 0 is stored group by group (16 rows), each group block by block (32 elements); the
+// tensors keep the row layout's shapes and dtypes (quant_linear.h), only the order of their bytes changes:
+//   8-bit kinds: 512 bytes a block, [r 0..7][n 0..15][j 0..3] = u8 (w + 128) of row 16g+n, element 4r+j: an
+//     AMX B tile (8 rows x 64 bytes) as it lies, and the 8 vpdpbusd operands of 16 rows
+//   4/5-bit kinds: 256 bytes a block, [r 0..3][n][j]: low nibble = element 4r+j, high nibble = element 16+4r+j
+//     (one AND and one shift give B rows r and r + 4)
+//   Q5 high bits: 8 uint64 a block, word r bit 4n+j = bit 4 of element 4r+j of row n (a byte mask of B row r)
+//   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout
+// Every output (token m, row n) is computed as:
+//   isum(b)  = sum_j u[n, 32b+j] * q[m, 32b+j], exact in int32, u the weight as stored (0..15, 0..31; the
+//              8-bit kinds' w + 128, and 128 * sum_j q[m, 32b+j] taken off, so their isum is the signed one;
+//              Q8Halves: one sum per 16-element half)
+//   acc      = fma(float(isum(b)), scale[n, b] * d[m, b], acc), b = 0, 1, ... (halves in order)
+//   mins     = fma(min[n, b], dsum[m, b], mins), b = 0, 1, ... (4/5-bit kinds; min stored or min_offset * scale)
+//   out      = acc + mins (+ bias)
+// The VNNI path keeps 16 rows in the lanes of one register and the AMX path 16 rows in a tile row; both do the
+// float operations above lane by lane, so a row's bits do not depend on M, the path or the thread split.
+#pragma once
+#include <cstdint>
+
+#include "kernels.h"
+#include "quant_linear.h"
+
+namespace llmchat {
+
+inline constexpr int kTileRows = 16;  // weight rows per group of the tiled layout
+
+bool quant_tiles_compiled();     // this build has the tiled path (AVX512-VNNI + BW + VL)
+const char* quant_tiles_isa();   // "avx512+vnni", "avx512+vnni+amx" where tiles are granted, "" when not compiled
+// a.w.tiled: out = x @ W^T (+ bias), as quant_linear.
+void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt);
+// Rows ids[i] of a tiled W dequantized (the same values as quant_rows on the row layout).
+void quant_tiles_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, DType dt, void* out,
+                      int64_t out_stride, const Runtime& rt);
+
+}  // namespace llmchat
