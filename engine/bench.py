@@ -186,7 +186,10 @@ def kernel_paths() -> dict:
     from llmchat import kernels
     if not kernels.available():
         return {}
-    return {"vector": kernels.isa(), "bf16_projections": kernels.packed_isa(), "quantized": kernels.quant_isa()}
+    paths = {"vector": kernels.isa(), "bf16_projections": kernels.packed_isa(), "quantized": kernels.quant_isa()}
+    if kernels.tiles_native():  # weights of 16-row groups take the tile layout (kernels/quant.py)
+        paths["quantized"] = f"{kernels.tiles_isa()} (tile layout), else {paths['quantized']}"
+    return paths
 
 
 def format_report(r: dict) -> str:

@@ -7,7 +7,7 @@ Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are 
 from ._loader import available, isa, load_error
 from .linear import linear_small_m, pack_linear_weight, packed_isa, packed_native, packed_rows
 from .lora import lora_apply, pack_lora_b
-from .quant import QuantWeight, quant_isa, quant_linear, quant_rows
+from .quant import QuantWeight, quant_isa, quant_linear, quant_rows, tiles_isa, tiles_native
 from .ops import (
     copy_blocks,
     fused_add_rms_norm,
@@ -46,6 +46,8 @@ __all__ = [
     "quant_isa",
     "quant_linear",
     "quant_rows",
+    "tiles_isa",
+    "tiles_native",
     "packed_isa",
     "packed_native",
     "packed_rows",

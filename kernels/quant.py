@@ -17,7 +17,7 @@ AMX-INT8 tiles read. A tiled weight is the only copy; `untiled()` gives the row 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -95,6 +95,13 @@ class QuantWeight:
             high = words.contiguous().view(torch.int32).view(self.high.shape)
         return QuantWeight(self.kind, values, _group_major(self.scales), _group_major(self.mins), high,
                            self.source, self.min_offset, True)
+
+    def tile_in_place(self) -> QuantWeight:
+        """tiled_copy() written over this weight's own tensors (same shapes and dtypes), which it then owns."""
+        tiled = self.tiled_copy()
+        for dst, src in zip(self.present(), tiled.present()):
+            dst.copy_(src)
+        return replace(self, tiled=True)
 
     def untiled(self) -> QuantWeight:
         """The row layout of a tiled weight (itself when it is not tiled)."""

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from llmchat.kernels.quant import KINDS, QuantWeight, reference_linear
+from llmchat.kernels.quant import QuantWeight, reference_linear
 
 from ..config import DEFAULT_SMALL_M_MAX
 
@@ -146,11 +146,18 @@ class Linear(nn.Module):
         calls = []
         for start, w in runs:
             b = None if bias is None else bias.detach()[start:start + w.n].contiguous()
-            calls.append((start, w.n, w, b, (*w.tensors(), KINDS[w.kind], w.min_offset)))
+            calls.append((start, w.n, w, b, (*w.tensors(), w.code, w.min_offset)))
         self.__dict__.update(_quant_calls=calls, _small_max=-1, _small_op=None, _w=None, _b=bias, _is_packed=False)
 
     def quantized_run_weights(self) -> list[QuantWeight]:
         return [w for _, _, w, _, _ in self.__dict__.get("_quant_calls", [])]
+
+    def run_tileable(self, index: int) -> bool:
+        """Whether run `index` may take the tile layout: 16-row groups, and every slice of it starts on one
+        (slices of a tiled run stay views)."""
+        start, n, w, _, _ = self._quant_calls[index]
+        inner = [off - start for off in self.slice_offsets if start <= off < start + n]
+        return w.tileable() and all(off % 16 == 0 for off in inner)
 
     def replace_run_weights(self, weights: list[QuantWeight]) -> None:
         """The same runs on moved copies of their weights (e.g. into huge pages)."""

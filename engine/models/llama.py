@@ -220,7 +220,7 @@ class CausalLM(nn.Module):
             elif isinstance(module, RMSNorm):
                 module.finalize()
         self._panels_in_huge_pages()
-        self._quantized_in_huge_pages()
+        self._quantized_for_kernels()
         if progress is not None:
             progress(2 * prepared)
         for module in self.modules():
@@ -252,20 +252,27 @@ class CausalLM(nn.Module):
                                              layer_type=kind if self.args.gemma else None)
             layer.self_attn.rotary_cache = caches.get(kind)
 
-    def _quantized_in_huge_pages(self) -> None:
-        """Quantized weights streamed every decode step move into huge pages too (as the panels below); a
-        weight shared by two users (a tied table and head) moves once."""
+    def _quantized_for_kernels(self) -> None:
+        """Quantized weights take the tile layout where the kernels have it (x86 with AVX512-VNNI: one copy,
+        read by the VNNI dots and the AMX tiles), then move into huge pages (as the panels below): each is
+        streamed every decode step. A weight shared by two users (a tied table and head) changes once."""
         layers = [m for m in self.modules() if isinstance(m, Linear) and m.is_quantized]
         table = self.quantized_embedding
-        unique = {}
-        for w in [w for m in layers for w in m.quantized_run_weights()] + ([table] if table is not None else []):
+        unique, tileable = {}, {}
+        users = [(w, m.run_tileable(i)) for m in layers for i, w in enumerate(m.quantized_run_weights())]
+        users += [(table, table.tileable())] if table is not None else []
+        for w, ok in users:
             unique.setdefault(id(w), w)
+            tileable[id(w)] = tileable.get(id(w), True) and ok
         if not unique:
             return
+        tiles = self._kernels is not None and self._kernels.tiles_native()
         flat = [t for w in unique.values() for t in w.present()]
         moved_flat, moved = iter(pack_into_huge_pages(flat)), {}
         for key, w in unique.items():
             moved[key] = w.with_tensors([next(moved_flat) for _ in w.present()])
+            if tiles and tileable[key]:   # on the moved copy: one weight's reordering in flight at a time
+                moved[key] = moved[key].tile_in_place()
         for m in layers:
             m.replace_run_weights([moved[id(w)] for w in m.quantized_run_weights()])
         if table is not None:
