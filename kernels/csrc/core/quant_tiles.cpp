@@ -5,7 +5,9 @@
 #include "quant_tiles.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../vec/amx_tiles.h"
@@ -36,8 +38,8 @@ constexpr bool nibbles(QuantKind k) { return k == QuantKind::Q4 || k == QuantKin
 constexpr bool halves(QuantKind k) { return k == QuantKind::Q8Halves; }
 constexpr int64_t block_bytes(QuantKind k) { return nibbles(k) ? 256 : 512; }
 
-// Quantized activations in plain order: q [M, K], d and dsum [M, nb]; for the 8-bit kinds, offsets [M, subs]:
-// 128 * sum(q) over each block (Q8Halves: each half), what the +128 of the stored weights adds to a sum.
+// Quantized activations in plain order: q [M, K], d and dsum [M, nb]; offsets [M, subs] (or null): the stored
+// weights' offset times sum(q) over each block (Q8Halves: each half), what a sum of u * q has on top of the signed one.
 struct Acts {
   const int8_t* q;
   const float *d, *dsum;
@@ -83,43 +85,49 @@ inline __m512 scaled_add(__m512 acc, __m512i isum, __m512 scale, float d) {
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(scale, _mm512_set1_ps(d)), acc);
 }
 
-// The mins' share (4/5-bit kinds) of 16 rows of group g for token m, then out = acc + mins (+ bias), stored.
-template <QuantKind KIND, bool HALF>
-struct Finish {
-  const QuantLinearArgs& a;
-  const Acts& x;
-  int64_t nb;
-
-  // The min of 16 rows at factor index `at`: stored, or min_offset * scale (exact: a power of two times it).
-  __m512 min16(int64_t at) const {
-    if (a.w.mins != nullptr) return factors16<HALF>(a.w.mins, at);
-    return _mm512_mul_ps(_mm512_set1_ps(float(a.w.min_offset)), factors16<HALF>(a.w.scales, at));
+// 16 floats of a bias or to an output in dtype dt; bf16 rounds to nearest even and fp16 as F16C does, the
+// scalar to_bf16 / to_fp16's results.
+inline __m512 load16(DType dt, const void* p) {
+  switch (dt) {
+    case DType::BF16:
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p))), 16));
+    case DType::F16: return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+    default: return _mm512_loadu_ps(p);
   }
-  void operator()(int64_t g, int64_t m, __m512 acc) const {
-    __m512 mins = _mm512_setzero_ps();
-    if (nibbles(KIND) && (a.w.mins != nullptr || a.w.min_offset != 0)) {
-      const float* ds = x.dsum + m * nb;
-      for (int64_t b = 0; b < nb; ++b) mins = _mm512_fmadd_ps(min16((g * nb + b) * kTileRows), _mm512_set1_ps(ds[b]), mins);
+}
+inline void store16(DType dt, void* p, __m512 v) {
+  switch (dt) {
+    case DType::BF16: {
+      const __m512i u = _mm512_castps_si512(v);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+      r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));  // quiet nan
+      _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+      return;
     }
-    alignas(64) float v[kTileRows];
-    _mm512_store_ps(v, _mm512_add_ps(acc, mins));
-    dispatch_dtype(a.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      const T* bias = static_cast<const T*>(a.bias);
-      T* out = static_cast<T*>(a.out) + m * a.out_stride + g * kTileRows;
-      for (int n = 0; n < kTileRows; ++n) {
-        float r = v[n];
-        if (bias) r = r + to_float(bias[g * kTileRows + n]);
-        out[n] = from_float<T>(r);
-      }
-    });
+    case DType::F16:
+      _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      return;
+    default: _mm512_storeu_ps(p, v);
+  }
+}
+
+// out[m, 16g .. 16g + 15] = acc (+ bias), in the output's dtype.
+struct Store {
+  const QuantLinearArgs& a;
+
+  void operator()(int64_t g, int64_t m, __m512 acc) const {
+    const int size = dtype_size(a.dtype);
+    if (a.bias) acc = _mm512_add_ps(acc, load16(a.dtype, static_cast<const char*>(a.bias) + g * kTileRows * size));
+    store16(a.dtype, static_cast<char*>(a.out) + (m * a.out_stride + g * kTileRows) * size, acc);
   }
 };
 
 // G groups x T tokens from (g0, m0) on VNNI block dots: per block, 8 vpdpbusd a group and token give the
-// block's int32 sums of 16 rows in the lanes (the 8-bit kinds' start from -offset, so they come out signed).
+// block's int32 sums of 16 rows in the lanes (starting from -offset, so they come out signed).
 template <QuantKind KIND, bool HALF, int G, int T>
-void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, const Finish<KIND, HALF>& finish) {
+void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, const Store& finish) {
   constexpr int kSub = halves(KIND) ? 2 : 1;
   const int64_t nb = x.nb;
   __m512 acc[G][T];
@@ -132,7 +140,7 @@ void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, 
       __m512i isum[T][kSub];
       for (int t = 0; t < T; ++t)
         for (int h = 0; h < kSub; ++h)
-          isum[t][h] = nibbles(KIND) ? _mm512_setzero_si512() : _mm512_set1_epi32(-x.offsets[(m0 + t) * kSub * nb + kSub * b + h]);
+          isum[t][h] = x.offsets ? _mm512_set1_epi32(-x.offsets[(m0 + t) * kSub * nb + kSub * b + h]) : _mm512_setzero_si512();
       for (int r = 0; r < 8; ++r)
         for (int t = 0; t < T; ++t) {
           const __m512i act = _mm512_set1_epi32(four_bytes(x.q + (m0 + t) * x.k + 32 * b + 4 * r));
@@ -142,6 +150,10 @@ void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, 
         const __m512 scale = factors16<HALF>(a.w.scales, ((g0 + g) * kSub * nb + kSub * b + h) * kTileRows);
         for (int t = 0; t < T; ++t) acc[g][t] = scaled_add(acc[g][t], isum[t][h], scale, x.d[(m0 + t) * nb + b]);
       }
+      if (nibbles(KIND) && a.w.mins != nullptr) {
+        const __m512 mins = factors16<HALF>(a.w.mins, ((g0 + g) * nb + b) * kTileRows);
+        for (int t = 0; t < T; ++t) acc[g][t] = _mm512_fmadd_ps(mins, _mm512_set1_ps(x.dsum[(m0 + t) * nb + b]), acc[g][t]);
+      }
     }
   }
   for (int g = 0; g < G; ++g)
@@ -150,7 +162,7 @@ void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, 
 
 template <QuantKind KIND, bool HALF, int G>
 void vnni_tokens(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, int64_t m1,
-                 const Finish<KIND, HALF>& finish) {
+                 const Store& finish) {
   int64_t m = m0;
   for (; m + 4 <= m1; m += 4) vnni_tile<KIND, HALF, G, 4>(a, x, g0, m, finish);
   switch (m1 - m) {
@@ -165,7 +177,7 @@ void vnni_tokens(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0
 // activation load), more tokens 2 groups (the weight rows are reused across the tile's tokens).
 template <QuantKind KIND, bool HALF>
 void vnni_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1, int64_t m0, int64_t m1,
-                 const Finish<KIND, HALF>& finish) {
+                 const Store& finish) {
   int64_t g = g0;
   if (m1 - m0 == 1) {
     for (; g + 4 <= g1; g += 4) vnni_tokens<KIND, HALF, 4>(a, x, g, m0, m1, finish);
@@ -188,64 +200,136 @@ bool amx_int8_granted() {
 
 constexpr int kTileTokens = 16;
 
-// Tiles: A0 = 0, B0 = 1, C0 = 2 and A1 = 3, B1 = 4, C1 = 5 (two sub-blocks in flight). A sub-block is a block,
-// or a Q8Halves half: A 16 tokens x 32 (16) bytes, B 8 (4) rows x 64 bytes, C 16 x 16 int32.
+// Tile numbers for TM token tiles x TN groups: A (tokens) i, B (weights) TM + j, C (sums) TM + TN + i TN + j.
+// Two layouts: 2 x 2 (32 tokens and more: 4 independent products per sub-block) and 1 x 3 (16 to 31 tokens).
+// A sub-block is a block, or a Q8Halves half: A 16 tokens x 32 (16) bytes, B 8 (4) rows x 64 bytes, C 16 x 16.
+template <int TM, int TN>
 inline amx::TileConfig int8_tiles(int sub_bytes) {
   amx::TileConfig cfg = amx::full_tiles();
-  for (int t : {0, 3}) cfg.colsb[t] = uint16_t(sub_bytes);
-  for (int t : {1, 4}) cfg.rows[t] = uint8_t(sub_bytes / 4);
+  for (int i = 0; i < TM; ++i) cfg.colsb[i] = uint16_t(sub_bytes);
+  for (int j = 0; j < TN; ++j) cfg.rows[TM + j] = uint8_t(sub_bytes / 4);
   return cfg;
 }
 
-// Whole 16-token tiles [m0, m1) of group g on TDPBSUD. `weights`: the group's B rows, unpacked for the 4/5-bit
-// kinds (512 bytes a block).
-template <QuantKind KIND, bool HALF>
-void amx_group(const Acts& x, const QuantLinearArgs& a, int64_t g, const uint8_t* weights, int64_t m0, int64_t m1,
-               const Finish<KIND, HALF>& finish) {
-  constexpr int kSub = halves(KIND) ? 2 : 1, kSubBytes = 32 / kSub;
-  const int64_t nb = x.nb, subs = kSub * nb;
-  alignas(64) int32_t c0[kTileTokens * kTileRows], c1[kTileTokens * kTileRows];
-  for (int64_t m = m0; m < m1; m += kTileTokens) {
-    __m512 acc[kTileTokens];
-    for (int t = 0; t < kTileTokens; ++t) acc[t] = _mm512_setzero_ps();
-    auto fold = [&](const int32_t* c, int64_t s) {
-      const __m512 scale = factors16<HALF>(a.w.scales, (g * subs + s) * kTileRows);
-      const float* d = x.d + m * nb + s / kSub;
-      for (int t = 0; t < kTileTokens; ++t) {
-        __m512i isum = _mm512_load_si512(c + t * kTileRows);
-        if constexpr (!nibbles(KIND)) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(x.offsets[(m + t) * subs + s]));
-        acc[t] = scaled_add(acc[t], isum, scale, d[t * nb]);
-      }
-    };
-    const int8_t* q = x.q + m * x.k;
-    int64_t s = 0;
-    for (; s + 2 <= subs; s += 2) {
-      amx::load<0>(q + s * kSubBytes, x.k), amx::load<1>(weights + s * kSubBytes * kTileRows, 64);
-      amx::load<3>(q + (s + 1) * kSubBytes, x.k), amx::load<4>(weights + (s + 1) * kSubBytes * kTileRows, 64);
-      amx::zero<2>(), amx::zero<5>();
-      amx::dp_s8u8<2, 0, 1>(), amx::dp_s8u8<5, 3, 4>();
-      amx::store<2>(c0, 4 * kTileRows), amx::store<5>(c1, 4 * kTileRows);
-      fold(c0, s), fold(c1, s + 1);
-    }
-    if (s < subs) {
-      amx::load<0>(q + s * kSubBytes, x.k), amx::load<1>(weights + s * kSubBytes * kTileRows, 64);
-      amx::zero<2>();
-      amx::dp_s8u8<2, 0, 1>();
-      amx::store<2>(c0, 4 * kTileRows);
-      fold(c0, s);
-    }
-    for (int t = 0; t < kTileTokens; ++t) finish(g, m + t, acc[t]);
+// One sub-block's products of NA <= TM token tiles and NB <= TN groups, each C stored to c[i TN + j] (16 x 16).
+template <int TM, int TN, int NA, int NB, int I = 0>
+inline void tile_products(const int8_t* q, int64_t k, const uint8_t* const* w, int32_t (*c)[kTileTokens * kTileRows]) {
+  if constexpr (I == 0) {
+    if constexpr (NA > 0) amx::load<0>(q, k);
+    if constexpr (NA > 1) amx::load<1>(q + kTileTokens * k, k);
+    if constexpr (NB > 0) amx::load<TM>(w[0], 64);
+    if constexpr (NB > 1) amx::load<TM + 1>(w[1], 64);
+    if constexpr (NB > 2) amx::load<TM + 2>(w[2], 64);
   }
+  if constexpr (I < NA * NB) {
+    constexpr int ti = I / NB, tj = I % NB, tc = TM + TN + ti * TN + tj;
+    amx::zero<tc>();
+    amx::dp_s8u8<tc, ti, TM + tj>();
+    amx::store<tc>(c[ti * TN + tj], 4 * kTileRows);
+    tile_products<TM, TN, NA, NB, I + 1>(q, k, w, c);
+  }
+}
+
+// acc rows [16][stride] += the float step of one sub-block for 16 tokens and 16 rows, from int32 sums c.
+// With OFF, offsets off[t * off_stride] come off the sums; with MINS, acc += mins * dsum[t * d_stride].
+template <bool OFF, bool MINS>
+__attribute__((always_inline)) inline void fold(float* acc, int64_t stride, const int32_t* c, __m512 scale,
+                                                const float* d, int64_t d_stride, const int32_t* off,
+                                                int64_t off_stride, __m512 mins, const float* dsum) {
+#pragma GCC unroll 4
+  for (int t = 0; t < kTileTokens; ++t) {
+    __m512i isum = _mm512_load_si512(c + t * kTileRows);
+    if constexpr (OFF) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(off[t * off_stride]));
+    __m512 v = scaled_add(_mm512_load_ps(acc + t * stride), isum, scale, d[t * d_stride]);
+    if constexpr (MINS) v = _mm512_fmadd_ps(mins, _mm512_set1_ps(dsum[t * d_stride]), v);
+    _mm512_store_ps(acc + t * stride, v);
+  }
+}
+
+// NA token tiles from token m x NB groups from g on TDPBSUD. w[j]: group g + j's B rows (the 4/5-bit kinds'
+// unpacked, 512 bytes a block). OFF: the sums have offsets to take off; MINS: stored mins.
+template <QuantKind KIND, bool HALF, bool OFF, bool MINS, int TM, int TN, int NA, int NB>
+void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t* const* w, int64_t m,
+               const Store& finish) {
+  constexpr int kSub = halves(KIND) ? 2 : 1, kSubBytes = 32 / kSub, kB = kSubBytes * kTileRows;
+  constexpr int64_t kStride = TN * kTileRows;  // floats per accumulator row
+  const int64_t nb = x.nb, subs = kSub * nb, k = x.k;
+  alignas(64) float acc[TM * kTileTokens][TN * kTileRows];
+  alignas(64) int32_t c[TM * TN][kTileTokens * kTileRows];
+  std::memset(acc, 0, sizeof acc);
+  const int8_t* q = x.q + m * k;
+  const void* scales = static_cast<const char*>(a.w.scales) + g * subs * kTileRows * (HALF ? 2 : 4);
+  const void* mins = MINS ? static_cast<const char*>(a.w.mins) + g * nb * kTileRows * (HALF ? 2 : 4) : nullptr;
+  for (int64_t s = 0; s < subs; ++s) {
+    const uint8_t* ws[3] = {w[0] + s * kB, NB > 1 ? w[1] + s * kB : nullptr, NB > 2 ? w[2] + s * kB : nullptr};
+    tile_products<TM, TN, NA, NB>(q + s * kSubBytes, k, ws, c);
+    for (int j = 0; j < NB; ++j) {
+      const __m512 scale = factors16<HALF>(scales, (j * subs + s) * kTileRows);
+      const __m512 mn = MINS ? factors16<HALF>(mins, (j * nb + s) * kTileRows) : scale;
+      for (int i = 0; i < NA; ++i) {
+        const int64_t mt = m + i * kTileTokens;
+        fold<OFF, MINS>(&acc[i * kTileTokens][j * kTileRows], kStride, c[i * TN + j], scale, x.d + mt * nb + s / kSub,
+                        nb, OFF ? x.offsets + mt * subs + s : nullptr, subs, mn, x.dsum + mt * nb + s);
+      }
+    }
+  }
+  for (int i = 0; i < NA; ++i)
+    for (int j = 0; j < NB; ++j)
+      for (int t = 0; t < kTileTokens; ++t)
+        finish(g + j, m + i * kTileTokens + t, _mm512_load_ps(&acc[i * kTileTokens + t][j * kTileRows]));
+}
+
+// Groups [g0, g1) x tokens [0, tokens) (whole tiles) in TM x TN chunks, the tails in smaller ones.
+template <QuantKind KIND, bool HALF, int TM, int TN>
+void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1, int64_t tokens, const Store& finish) {
+  const int64_t nb = x.nb;
+  amx::configure(int8_tiles<TM, TN>(halves(KIND) ? 16 : 32));  // per task: tile state belongs to the thread
+  std::vector<uint8_t> unpacked(nibbles(KIND) ? size_t(TN * nb * 512) : 0);
+  for (int64_t g = g0; g < g1; g += TN) {
+    const int nbg = int(std::min<int64_t>(TN, g1 - g));
+    const uint8_t* w[TN];
+    for (int j = 0; j < nbg; ++j) {
+      w[j] = static_cast<const uint8_t*>(a.w.values) + (g + j) * nb * block_bytes(KIND);
+      if constexpr (nibbles(KIND)) {  // B tiles are bytes: unpack the group once for all its token tiles
+        uint8_t* dst = unpacked.data() + j * nb * 512;
+        for (int64_t b = 0; b < nb; ++b) {
+          __m512i rows[8];
+          block_rows<KIND>(a.w, nb, g + j, b, rows);
+          for (int r = 0; r < 8; ++r) _mm512_storeu_si512(dst + b * 512 + 64 * r, rows[r]);
+        }
+        w[j] = dst;
+      }
+    }
+    for (int64_t m = 0; m < tokens; m += TM * kTileTokens) {
+      const int nta = int(std::min<int64_t>(TM, (tokens - m) / kTileTokens));
+      auto chunk = [&](auto na, auto nbt) {
+        constexpr int NA = decltype(na)::value, NB = decltype(nbt)::value;
+        if (a.w.mins != nullptr) amx_chunk<KIND, HALF, false, true, TM, TN, NA, NB>(a, x, g, w, m, finish);
+        else if (x.offsets != nullptr) amx_chunk<KIND, HALF, true, false, TM, TN, NA, NB>(a, x, g, w, m, finish);
+        else amx_chunk<KIND, HALF, false, false, TM, TN, NA, NB>(a, x, g, w, m, finish);
+      };
+      using I1 = std::integral_constant<int, 1>;
+      using I2 = std::integral_constant<int, 2>;
+      using I3 = std::integral_constant<int, 3>;
+      if constexpr (TM == 2) {
+        if (nta == 2) nbg == 2 ? chunk(I2{}, I2{}) : chunk(I2{}, I1{});
+        else nbg == 2 ? chunk(I1{}, I2{}) : chunk(I1{}, I1{});
+      } else {
+        nbg == 3 ? chunk(I1{}, I3{}) : nbg == 2 ? chunk(I1{}, I2{}) : chunk(I1{}, I1{});
+      }
+    }
+  }
+  amx::release();
 }
 #endif
 
 template <QuantKind KIND, bool HALF>
 void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const int64_t nb = x.nb, groups = a.w.n / kTileRows;
-  const Finish<KIND, HALF> finish{a, x, nb};
+  const Store finish{a};
   int64_t tile_tokens = 0;  // tokens [0, tile_tokens) on AMX tiles
 #if defined(LLMCHAT_HAS_AMX_INT8)
-  static const bool amx = amx_int8_granted();
+  static const bool amx = amx_int8_granted() && !std::getenv("XX_NO_AMX");
   if (amx) tile_tokens = a.m / kTileTokens * kTileTokens;
 #endif
   const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
@@ -253,23 +337,8 @@ void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, (1 << 20) / work));
   rt.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
 #if defined(LLMCHAT_HAS_AMX_INT8)
-    if (tile_tokens > 0) {
-      amx::configure(int8_tiles(halves(KIND) ? 16 : 32));  // per task: tile state belongs to the thread
-      std::vector<uint8_t> unpacked(nibbles(KIND) ? size_t(nb * 512) : 0);
-      for (int64_t g = g0; g < g1; ++g) {
-        const uint8_t* weights = static_cast<const uint8_t*>(a.w.values) + g * nb * block_bytes(KIND);
-        if constexpr (nibbles(KIND)) {
-          for (int64_t b = 0; b < nb; ++b) {
-            __m512i rows[8];
-            block_rows<KIND>(a.w, nb, g, b, rows);
-            for (int r = 0; r < 8; ++r) _mm512_storeu_si512(unpacked.data() + b * 512 + 64 * r, rows[r]);
-          }
-          weights = unpacked.data();
-        }
-        amx_group<KIND, HALF>(x, a, g, weights, 0, tile_tokens, finish);
-      }
-      amx::release();
-    }
+    if (tile_tokens >= 2 * kTileTokens) amx_groups<KIND, HALF, 2, 2>(a, x, g0, g1, tile_tokens, finish);
+    else if (tile_tokens > 0) amx_groups<KIND, HALF, 1, 3>(a, x, g0, g1, tile_tokens, finish);
 #endif
     if (tile_tokens < a.m) vnni_groups<KIND, HALF>(a, x, g0, g1, tile_tokens, a.m, finish);
   });
@@ -299,7 +368,10 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
   thread_local std::vector<int32_t> offsets;
   q.resize(size_t(a.m * a.w.k)), d.resize(size_t(a.m * nb)), dsum.resize(size_t(a.m * nb));
   quantize_activations(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), d.data(), dsum.data(), rt);
-  if (a.w.kind == QuantKind::Q8 || a.w.kind == QuantKind::Q8Halves) {
+  // 128 for the 8-bit kinds (stored as w + 128), -min_offset for the 4/5-bit kinds whose min is one (Q4_0: 8)
+  const bool eight_bit = a.w.kind == QuantKind::Q8 || a.w.kind == QuantKind::Q8Halves;
+  const int32_t offset = eight_bit ? 128 : a.w.mins == nullptr ? -a.w.min_offset : 0;
+  if (offset != 0) {
     const int size = a.w.kind == QuantKind::Q8Halves ? 16 : 32;
     const int64_t per_token = a.w.k / size;
     offsets.resize(size_t(a.m * per_token));
@@ -309,11 +381,11 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
       for (int64_t i = m0 * per_token; i < m1 * per_token; ++i) {
         int32_t sum = 0;
         for (int j = 0; j < size; ++j) sum += qs[i * size + j];
-        sums[i] = 128 * sum;
+        sums[i] = offset * sum;
       }
     });
   }
-  const Acts x{q.data(), d.data(), dsum.data(), offsets.data(), a.w.k, nb};
+  const Acts x{q.data(), d.data(), dsum.data(), offset != 0 ? offsets.data() : nullptr, a.w.k, nb};
   const bool half = a.w.half_factors;
   switch (a.w.kind) {
     case QuantKind::Q8: return half ? run<QuantKind::Q8, true>(a, x, rt) : run<QuantKind::Q8, false>(a, x, rt);

@@ -9,12 +9,12 @@
 //   Q5 high bits: 8 uint64 a block, word r bit 4n+j = bit 4 of element 4r+j of row n (a byte mask of B row r)
 //   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout
 // Every output (token m, row n) is computed as:
-//   isum(b)  = sum_j u[n, 32b+j] * q[m, 32b+j], exact in int32, u the weight as stored (0..15, 0..31; the
-//              8-bit kinds' w + 128, and 128 * sum_j q[m, 32b+j] taken off, so their isum is the signed one;
-//              Q8Halves: one sum per 16-element half)
-//   acc      = fma(float(isum(b)), scale[n, b] * d[m, b], acc), b = 0, 1, ... (halves in order)
-//   mins     = fma(min[n, b], dsum[m, b], mins), b = 0, 1, ... (4/5-bit kinds; min stored or min_offset * scale)
-//   out      = acc + mins (+ bias)
+//   isum(b)  = sum_j u[n, 32b+j] * q[m, 32b+j] - offset * sum_j q[m, 32b+j], exact in int32: u the weight as
+//              stored (0..15, 0..31, or w + 128), offset 128 for the 8-bit kinds, -min_offset for the 4/5-bit
+//              kinds whose min is min_offset * scale (Q4_0, Q5_0), else 0 (Q8Halves: one sum per half)
+//   acc      = fma(float(isum(b)), scale[n, b] * d[m, b], acc), then with stored mins (Q4_1, Q4_K, ...)
+//              acc = fma(min[n, b], dsum[m, b], acc), for b = 0, 1, ... (halves in order)
+//   out      = acc (+ bias)
 // The VNNI path keeps 16 rows in the lanes of one register and the AMX path 16 rows in a tile row; both do the
 // float operations above lane by lane, so a row's bits do not depend on M, the path or the thread split.
 #pragma once

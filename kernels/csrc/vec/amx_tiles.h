@@ -161,8 +161,13 @@ template <int C, int A, int B> void dp_s8u8();
 // the (C, A, B) triples quant_tiles.cpp uses
 #define LLMCHAT_AMX_DP_S8U8(C, A, B) \
   template <> inline void dp_s8u8<C, A, B>() { _tile_dpbsud(C, A, B); }
-LLMCHAT_AMX_DP_S8U8(2, 0, 1)
-LLMCHAT_AMX_DP_S8U8(5, 3, 4)
+LLMCHAT_AMX_DP_S8U8(4, 0, 2)  // 2 token tiles x 2 groups
+LLMCHAT_AMX_DP_S8U8(5, 0, 3)
+LLMCHAT_AMX_DP_S8U8(6, 1, 2)
+LLMCHAT_AMX_DP_S8U8(7, 1, 3)
+LLMCHAT_AMX_DP_S8U8(4, 0, 1)  // 1 token tile x 3 groups
+LLMCHAT_AMX_DP_S8U8(5, 0, 2)
+LLMCHAT_AMX_DP_S8U8(6, 0, 3)
 #undef LLMCHAT_AMX_DP_S8U8
 #endif
 #endif
