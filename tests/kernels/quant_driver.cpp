@@ -9,8 +9,12 @@
 //     the rows after the first (every row in another tile position and lane) and from another thread split;
 //   - the factors stored as fp32 or fp16 (half_factors), mins stored or implied (min_offset * scale);
 //   - that nothing outside the [M, N] slice of a wider, strided output is written;
-//   - quant_rows against scale * q + min rounded twice in float, exactly.
-// Prints "isa=<quant_isa_name()>" and "ok <n> checks, <f> failed"; exit 1 on failure.
+//   - quant_rows against scale * q + min rounded twice in float, exactly;
+//   - the same for the tile layout (core/quant_tiles.h, built here from the row layout as that header
+//     documents it) where the build has it: AMX tiles for whole 16-token tiles where granted, VNNI otherwise.
+// Prints "isa=<quant_isa_name()>", "tiles=<quant_tiles_isa()>", a digest of the tiled outputs (every build that
+// has the layout must print the same: the AMX and VNNI paths give the same bits) and "ok <n> checks, <f> failed";
+// exit 1 on failure.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "core/quant_linear.h"
+#include "core/quant_tiles.h"
 #include "driver_util.h"
 
 using namespace llmchat;
@@ -79,15 +84,58 @@ struct Weight {
       }
     }
   }
-  QuantWeightView view() const {
+  // The same weight in the tile layout (n % 16 == 0), made from q() and the factors by quant_tiles.h's rules.
+  struct Tiles {
+    std::vector<uint8_t> values;
+    std::vector<uint64_t> high;
+    std::vector<float> scales, mins;
+    std::vector<uint16_t> scales_h, mins_h;
+  } tiles;
+  void make_tiles() {
+    const int64_t groups = n / kTileRows, block = paired(kind) ? 256 : 512;
+    tiles.values.assign(size_t(groups * nb * block + 1), 0);
+    uint8_t* v = tiles.values.data() + 1;  // unaligned, as the row layout's
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t b = 0; b < nb; ++b)
+        for (int r = 0; r < 8; ++r)
+          for (int c = 0; c < kTileRows; ++c)
+            for (int j = 0; j < 4; ++j) {
+              const int64_t row = g * kTileRows + c, e = 32 * b + 4 * r + j;
+              if (!paired(kind)) {
+                v[(g * nb + b) * 512 + 64 * r + 4 * c + j] = uint8_t(q(row, e) + 128);
+              } else if (r < 4) {
+                v[(g * nb + b) * 256 + 64 * r + 4 * c + j] = uint8_t((q(row, e) & 15) | ((q(row, e + 16) & 15) << 4));
+              }
+              if (kind == QuantKind::Q5) {
+                tiles.high.resize(size_t(groups * nb * 8));
+                if ((q(row, e) >> 4) & 1) tiles.high[size_t((g * nb + b) * 8 + r)] |= 1ull << (4 * c + j);
+              }
+            }
+    auto group_major = [&](const auto& src, auto& dst) {
+      if (src.empty()) return;
+      const int64_t per_row = int64_t(src.size()) / n;
+      dst.resize(src.size());
+      for (int64_t row = 0; row < n; ++row)
+        for (int64_t i = 0; i < per_row; ++i)
+          dst[size_t(((row / kTileRows) * per_row + i) * kTileRows + row % kTileRows)] = src[size_t(row * per_row + i)];
+    };
+    group_major(scales, tiles.scales), group_major(mins, tiles.mins);
+    group_major(scales_h, tiles.scales_h), group_major(mins_h, tiles.mins_h);
+  }
+  QuantWeightView view(bool tiled = false) const {
     QuantWeightView w;
     w.kind = kind, w.n = n, w.k = k;
-    w.values = values.data() + 1;
-    w.high = kind == QuantKind::Q5 ? high.data() : nullptr;
-    w.scales = half ? static_cast<const void*>(scales_h.data()) : scales.data();
-    w.mins = !with_mins ? nullptr : half ? static_cast<const void*>(mins_h.data()) : mins.data();
+    const auto& sc = tiled ? tiles.scales : scales;
+    const auto& mn = tiled ? tiles.mins : mins;
+    const auto& sc_h = tiled ? tiles.scales_h : scales_h;
+    const auto& mn_h = tiled ? tiles.mins_h : mins_h;
+    w.values = tiled ? tiles.values.data() + 1 : values.data() + 1;
+    w.high = kind != QuantKind::Q5 ? nullptr : tiled ? reinterpret_cast<const uint32_t*>(tiles.high.data()) : high.data();
+    w.scales = half ? static_cast<const void*>(sc_h.data()) : sc.data();
+    w.mins = !with_mins ? nullptr : half ? static_cast<const void*>(mn_h.data()) : mn.data();
     w.half_factors = half;
     w.min_offset = min_offset;
+    w.tiled = tiled;
     return w;
   }
   // The integer weight of row r, element c, decoded from the layout as quant_linear.h documents it.
@@ -111,6 +159,7 @@ struct Weight {
 
 double worst_error[3] = {0, 0, 0};  // f32, bf16, f16: reported, so a loosening shows in the log
 uint64_t digest = 14695981039346656037ull;  // of every checked output: paths that must agree bit for bit compare it
+uint64_t tiles_digest = 14695981039346656037ull;  // of the tiled outputs alone
 
 void fail(const char* what, QuantKind kind, const char* dt, int64_t m, int64_t n, int64_t k, bool bias,
           int threads, const char* detail) {
@@ -121,10 +170,11 @@ void fail(const char* what, QuantKind kind, const char* dt, int64_t m, int64_t n
 
 template <typename T>
 void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bool with_mins, int threads,
-                  bool half = false) {
-  const std::string label = std::string(dtype_name<T>()) + (half ? "+fp16 factors" : "");
+                  bool half = false, bool tiled = false) {
+  const std::string label = std::string(dtype_name<T>()) + (half ? "+fp16 factors" : "") + (tiled ? " tiled" : "");
   const char* dt = label.c_str();
-  const Weight wt(kind, n, k, with_mins, half, half);
+  Weight wt(kind, n, k, with_mins, half, half);
+  if (tiled) wt.make_tiles();
   const int64_t xs = k + 3, os = n + 5, nb = k / 32;  // strided rows on both sides
   auto x = random_vec<T>(size_t(m * xs), 2.f);
   if (m > 1)  // an all-zero block: d = 0
@@ -136,7 +186,7 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bo
     QuantLinearArgs a;
     a.dtype = dtype_of<T>();
     a.x = xp, a.x_stride = xs;
-    a.w = wt.view();
+    a.w = wt.view(tiled);
     a.bias = bias ? b.data() : nullptr;
     a.out = op, a.out_stride = os;
     a.m = rows;
@@ -144,7 +194,8 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bo
   };
   std::vector<T> out(size_t(m * os), fill);
   call(m, x.data(), out.data(), threads);
-  for (const T& v : out) digest = (digest ^ bits_of(v)) * 1099511628211ull;  // FNV-1a over every output's bits
+  uint64_t& h = tiled ? tiles_digest : digest;
+  for (const T& v : out) h = (h ^ bits_of(v)) * 1099511628211ull;  // FNV-1a over every output's bits
 
   // The reference: the same quantized activations, exact integer dots, the float math in double.
   std::vector<int8_t> q(size_t(m * k));
@@ -251,15 +302,16 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bo
 
 // quant_rows: rows `ids` dequantized as scale * q + min with two float roundings (never one fused multiply-add).
 template <typename T>
-void check_rows(QuantKind kind, int64_t n, int64_t k, bool with_mins, int threads) {
-  const Weight wt(kind, n, k, with_mins);
+void check_rows(QuantKind kind, int64_t n, int64_t k, bool with_mins, int threads, bool tiled = false) {
+  Weight wt(kind, n, k, with_mins);
+  if (tiled) wt.make_tiles();
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < std::min<int64_t>(n, 5); ++i) ids.push_back(pick(n));
   ids.push_back(n - 1), ids.push_back(0);
   const int64_t os = k + 7;
   const T fill = from_float<T>(7.f);
   std::vector<T> out(ids.size() * size_t(os), fill);
-  quant_rows(wt.view(), ids.data(), int64_t(ids.size()), dtype_of<T>(), out.data(), os, chunked(threads));
+  quant_rows(wt.view(tiled), ids.data(), int64_t(ids.size()), dtype_of<T>(), out.data(), os, chunked(threads));
   ++checks;
   int64_t bad = 0, at = -1;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -278,7 +330,7 @@ void check_rows(QuantKind kind, int64_t n, int64_t k, bool with_mins, int thread
     char msg[96];
     std::snprintf(msg, sizeof msg, "%lld values differ (first at id %lld col %lld)", (long long)bad,
                   at < 0 ? -1ll : (long long)(at / k), at < 0 ? -1ll : (long long)(at % k));
-    fail("quant_rows", kind, dtype_name<T>(), int64_t(ids.size()), n, k, false, threads, msg);
+    fail(tiled ? "quant_rows (tiled)" : "quant_rows", kind, dtype_name<T>(), int64_t(ids.size()), n, k, false, threads, msg);
   }
 }
 
@@ -310,8 +362,33 @@ int main() {
         check_rows<fp16_t>(kind, 19, k, true, threads);
       }
   }
+  if (quant_tiles_compiled()) {
+    // M around the tile sizes: VNNI only (< 16), one AMX tile (1 x 3 chunks) with a VNNI tail, two and more
+    // (2 x 2 chunks, an odd last tile); N with odd group counts (the chunks' tails).
+    const int64_t tms[] = {1, 3, 16, 21, 32, 47, 80};
+    const int64_t tns[] = {16, 48, 80, 32};
+    int j = 0;
+    for (QuantKind kind : kinds) {
+      for (int64_t k : {32, 96, 576})
+        for (int64_t m : tms) {
+          const int64_t n = tns[size_t(j) % 4];
+          const int threads = 1 + j % 3;
+          const bool bias = j % 2 == 1, mins = (j / 2) % 2 == 0, half = (j / 3) % 2 == 1;
+          check_linear<float>(kind, m, n, k, bias, mins, threads, half, true);
+          check_linear<bf16_t>(kind, m, n, k, !bias, !mins, threads % 3 + 1, !half, true);
+          check_linear<fp16_t>(kind, m, n, k, bias, !mins, (threads + 1) % 3 + 1, half, true);
+          ++j;
+        }
+      for (int64_t k : {32, 576}) {
+        check_rows<float>(kind, 32, k, true, 2, true);
+        check_rows<bf16_t>(kind, 48, k, false, 1, true);
+      }
+    }
+  }
   std::printf("worst error f32 %.3g bf16 %.3g f16 %.3g\n", worst_error[0], worst_error[1], worst_error[2]);
   std::printf("digest=%016llx\n", (unsigned long long)digest);
+  std::printf("tiles_digest=%016llx\n", (unsigned long long)tiles_digest);
+  std::printf("tiles=%s\n", quant_tiles_isa());
   std::printf("isa=%s\nok %d checks, %d failed\n", quant_isa_name(), checks, failures);
   return failures ? 1 : 0;
 }

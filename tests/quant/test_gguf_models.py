@@ -8,6 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from gguf_models import FAMILIES, NEW_FAMILIES
+from llmchat import kernels
 from llmchat.engine import LLM, SamplingParams
 from llmchat.engine.layers.linear import Linear
 from llmchat.engine.quant.quality import compare, sequence_logits
@@ -43,6 +44,9 @@ def test_kernels_follow_the_torch_reference_path(store, tiny_gguf, arch, mix):
     # the projections really run quantized: no dense copy of any quantized weight
     linears = [m for m in fast.engine.runner.model.modules() if isinstance(m, Linear)]
     assert linears and all(m.is_quantized and m.weight is None for m in linears)
+    if kernels.tiles_native():  # x86 with AVX512-VNNI: every weight of 16-row groups runs in the tile layout
+        runs = [w for m in linears for w in m.quantized_run_weights()]
+        assert all(w.tiled == (w.n % 16 == 0) for w in runs) and any(w.tiled for w in runs)
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
