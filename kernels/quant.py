@@ -80,7 +80,9 @@ class QuantWeight:
 
     def tiled_copy(self) -> QuantWeight:
         """The weight in the 16-row tile layout (see the module doc): a reordering, exact."""
-        assert self.tileable(), "only a row-layout weight of N % 16 == 0 rows tiles"
+        if not self.tileable():
+            raise ValueError(f"only a row-layout weight of N % 16 == 0 rows tiles, got N = {self.n}"
+                             f"{' (already tiled)' if self.tiled else ''}")
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
         if self.kind in ("q8", "q8h"):  # [g, n, b, r, j] -> [g, b, r, n, j], as u8 (w + 128)
             v = self.values.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4) ^ -128
