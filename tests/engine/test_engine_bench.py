@@ -27,7 +27,8 @@ def test_bench_reports_every_figure_with_a_baseline(tiny_model_dir, capsys, monk
         assert engine[key] > 0 and hf[key] > 0 and report["ratio_vs_transformers"][key] > 0
     assert engine["cached_prefix_tokens"] > 0
     import llmchat.kernels as K
-    assert report["kernel_paths"] == {"vector": K.isa(), "bf16_projections": K.packed_isa(), "quantized": K.quant_isa()}
+    quantized = f"{K.tiles_isa()} (tile layout), else {K.quant_isa()}" if K.tiles_native() else K.quant_isa()
+    assert report["kernel_paths"] == {"vector": K.isa(), "bf16_projections": K.packed_isa(), "quantized": quantized}
     assert "policy" in seen and seen["policy"] is None
 
 

@@ -255,14 +255,21 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
   constexpr int64_t kStride = TN * kTileRows;  // floats per accumulator row
   const int64_t nb = x.nb, subs = kSub * nb, k = x.k;
   alignas(64) float acc[TM * kTileTokens][TN * kTileRows];
-  alignas(64) int32_t c[TM * TN][kTileTokens * kTileRows];
+  // Two sets of sums: sub-block s + 1 is multiplied (and stored) before s is folded, so the fold never
+  // waits for the tile stores it reads.
+  alignas(64) int32_t sums[2][TM * TN][kTileTokens * kTileRows];
   std::memset(acc, 0, sizeof acc);
   const int8_t* q = x.q + m * k;
   const void* scales = static_cast<const char*>(a.w.scales) + g * subs * kTileRows * (HALF ? 2 : 4);
   const void* mins = MINS ? static_cast<const char*>(a.w.mins) + g * nb * kTileRows * (HALF ? 2 : 4) : nullptr;
-  for (int64_t s = 0; s < subs; ++s) {
+  auto products = [&](int64_t s) {
     const uint8_t* ws[3] = {w[0] + s * kB, NB > 1 ? w[1] + s * kB : nullptr, NB > 2 ? w[2] + s * kB : nullptr};
-    tile_products<TM, TN, NA, NB>(q + s * kSubBytes, k, ws, c);
+    tile_products<TM, TN, NA, NB>(q + s * kSubBytes, k, ws, sums[s & 1]);
+  };
+  products(0);
+  for (int64_t s = 0; s < subs; ++s) {
+    if (s + 1 < subs) products(s + 1);
+    auto& c = sums[s & 1];
     for (int j = 0; j < NB; ++j) {
       const __m512 scale = factors16<HALF>(scales, (j * subs + s) * kTileRows);
       const __m512 mn = MINS ? factors16<HALF>(mins, (j * nb + s) * kTileRows) : scale;
@@ -284,7 +291,8 @@ template <QuantKind KIND, bool HALF, int TM, int TN>
 void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1, int64_t tokens, const Store& finish) {
   const int64_t nb = x.nb;
   amx::configure(int8_tiles<TM, TN>(halves(KIND) ? 16 : 32));  // per task: tile state belongs to the thread
-  std::vector<uint8_t> unpacked(nibbles(KIND) ? size_t(TN * nb * 512) : 0);
+  thread_local std::vector<uint8_t> unpacked;  // the workers' own: no allocation per call
+  if (nibbles(KIND) && unpacked.size() < size_t(TN * nb * 512)) unpacked.resize(size_t(TN * nb * 512));
   for (int64_t g = g0; g < g1; g += TN) {
     const int nbg = int(std::min<int64_t>(TN, g1 - g));
     const uint8_t* w[TN];
