@@ -247,8 +247,9 @@ __attribute__((always_inline)) inline void fold(float* acc, int64_t stride, cons
 }
 
 // NA token tiles from token m x NB groups from g on TDPBSUD. w[j]: group g + j's B rows (the 4/5-bit kinds'
-// unpacked, 512 bytes a block). OFF: the sums have offsets to take off; MINS: stored mins.
-template <QuantKind KIND, bool HALF, bool OFF, bool MINS, int TM, int TN, int NA, int NB>
+// unpacked, 512 bytes a block), or with UNPACK (a 4/5-bit kind) none: each block is unpacked two sub-blocks
+// ahead into a ring that stays in L1. OFF: the sums have offsets to take off; MINS: stored mins.
+template <QuantKind KIND, bool HALF, bool OFF, bool MINS, bool UNPACK, int TM, int TN, int NA, int NB>
 void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t* const* w, int64_t m,
                const Store& finish) {
   constexpr int kSub = halves(KIND) ? 2 : 1, kSubBytes = 32 / kSub, kB = kSubBytes * kTileRows;
@@ -262,12 +263,28 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
   const int8_t* q = x.q + m * k;
   const void* scales = static_cast<const char*>(a.w.scales) + g * subs * kTileRows * (HALF ? 2 : 4);
   const void* mins = MINS ? static_cast<const char*>(a.w.mins) + g * nb * kTileRows * (HALF ? 2 : 4) : nullptr;
+  alignas(64) uint8_t ring[UNPACK ? 4 : 1][NB][512];
+  auto unpack = [&](int64_t b) {
+    for (int j = 0; j < NB; ++j) {
+      __m512i rows[8];
+      block_rows<KIND>(a.w, nb, g + j, b, rows);
+      for (int r = 0; r < 8; ++r) _mm512_store_si512(ring[b & 3][j] + 64 * r, rows[r]);
+    }
+  };
   auto products = [&](int64_t s) {
-    const uint8_t* ws[3] = {w[0] + s * kB, NB > 1 ? w[1] + s * kB : nullptr, NB > 2 ? w[2] + s * kB : nullptr};
+    const uint8_t* ws[3] = {};
+    for (int j = 0; j < NB; ++j) ws[j] = UNPACK ? ring[s & 3][j] : w[j] + s * kB;
     tile_products<TM, TN, NA, NB>(q + s * kSubBytes, k, ws, sums[s & 1]);
   };
+  if constexpr (UNPACK) {
+    unpack(0);
+    if (subs > 1) unpack(1);
+  }
   products(0);
   for (int64_t s = 0; s < subs; ++s) {
+    if constexpr (UNPACK) {
+      if (s + 2 < subs) unpack(s + 2);
+    }
     if (s + 1 < subs) products(s + 1);
     auto& c = sums[s & 1];
     for (int j = 0; j < NB; ++j) {
@@ -291,14 +308,17 @@ template <QuantKind KIND, bool HALF, int TM, int TN>
 void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1, int64_t tokens, const Store& finish) {
   const int64_t nb = x.nb;
   amx::configure(int8_tiles<TM, TN>(halves(KIND) ? 16 : 32));  // per task: tile state belongs to the thread
+  // One token tile: each block is unpacked as the chunk goes (amx_chunk's UNPACK). More: once per group, for
+  // all its token tiles.
+  constexpr bool kAhead = nibbles(KIND) && TM > 1, kAsItGoes = nibbles(KIND) && TM == 1;
   thread_local std::vector<uint8_t> unpacked;  // the workers' own: no allocation per call
-  if (nibbles(KIND) && unpacked.size() < size_t(TN * nb * 512)) unpacked.resize(size_t(TN * nb * 512));
+  if (kAhead && unpacked.size() < size_t(TN * nb * 512)) unpacked.resize(size_t(TN * nb * 512));
   for (int64_t g = g0; g < g1; g += TN) {
     const int nbg = int(std::min<int64_t>(TN, g1 - g));
     const uint8_t* w[TN];
     for (int j = 0; j < nbg; ++j) {
       w[j] = static_cast<const uint8_t*>(a.w.values) + (g + j) * nb * block_bytes(KIND);
-      if constexpr (nibbles(KIND)) {  // B tiles are bytes: unpack the group once for all its token tiles
+      if constexpr (kAhead) {  // B tiles are bytes: unpack the group once for all its token tiles
         uint8_t* dst = unpacked.data() + j * nb * 512;
         for (int64_t b = 0; b < nb; ++b) {
           __m512i rows[8];
@@ -312,9 +332,9 @@ void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1,
       const int nta = int(std::min<int64_t>(TM, (tokens - m) / kTileTokens));
       auto chunk = [&](auto na, auto nbt) {
         constexpr int NA = decltype(na)::value, NB = decltype(nbt)::value;
-        if (a.w.mins != nullptr) amx_chunk<KIND, HALF, false, true, TM, TN, NA, NB>(a, x, g, w, m, finish);
-        else if (x.offsets != nullptr) amx_chunk<KIND, HALF, true, false, TM, TN, NA, NB>(a, x, g, w, m, finish);
-        else amx_chunk<KIND, HALF, false, false, TM, TN, NA, NB>(a, x, g, w, m, finish);
+        if (a.w.mins != nullptr) amx_chunk<KIND, HALF, false, true, kAsItGoes, TM, TN, NA, NB>(a, x, g, w, m, finish);
+        else if (x.offsets != nullptr) amx_chunk<KIND, HALF, true, false, kAsItGoes, TM, TN, NA, NB>(a, x, g, w, m, finish);
+        else amx_chunk<KIND, HALF, false, false, kAsItGoes, TM, TN, NA, NB>(a, x, g, w, m, finish);
       };
       using I1 = std::integral_constant<int, 1>;
       using I2 = std::integral_constant<int, 2>;
