@@ -366,12 +366,48 @@ void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
 // Where element j of block b goes in a row of pair order.
 inline int64_t pair_position(int64_t b, int j) { return 64 * (b / 2) + 16 * (b % 2) + (j < 16 ? j : 16 + j); }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+template <typename T>
+inline __m512 floats16(const T* p) {
+  if constexpr (std::is_same_v<T, bf16_t>)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  else if constexpr (std::is_same_v<T, fp16_t>)
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  else
+    return _mm512_loadu_ps(p);
+}
+
+// One block in plain order, in registers: the same operations as the loop below (an exact max, one division,
+// x * inv rounded half to even by the conversion, the same clamp), so the same q, d and dsum.
+template <typename T>
+inline void quantize_block(const T* xb, int8_t* qb, float* d, float* dsum) {
+  const __m512 v0 = floats16(xb), v1 = floats16(xb + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float scale = amax / 127.f, inv = scale != 0.f ? 1.f / scale : 0.f;
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  auto quant = [&](__m512 v) {
+    return _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)))));
+  };
+  const __m512i q0 = quant(v0), q1 = quant(v1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtepi32_epi8(q0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm512_cvtepi32_epi8(q1));
+  *d = scale, *dsum = scale * float(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+}
+#endif
+
 template <typename T>
 void quantize_rows(const T* x, int64_t x_stride, int64_t m0, int64_t m1, int64_t k, bool pairs, int64_t row,
                    int64_t blocks, int8_t* q, float* d, float* dsum) {
   const int64_t nb = k / 32;
   for (int64_t m = m0; m < m1; ++m) {
     int8_t* qr = q + m * row;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    if (!pairs) {
+      for (int64_t b = 0; b < nb; ++b)
+        quantize_block(x + m * x_stride + 32 * b, qr + 32 * b, d + m * blocks + b, dsum + m * blocks + b);
+      continue;
+    }
+#endif
     for (int64_t b = 0; b < nb; ++b) {
       const T* xb = x + m * x_stride + 32 * b;
       float v[32], amax = 0.f;
