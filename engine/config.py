@@ -56,6 +56,9 @@ class EngineConfig:
     lora_fused: bool = field(default_factory=lambda: _env_switch("LLMCHAT_LORA_FUSED", 1) != 0)
     # bf16 weights that run the library GEMM are pre-packed for oneDNN (layers/linear.py, pack()); False: plain.
     pack_bf16: bool = True
+    # Quantized weights of 16-row groups take the tile layout where the kernels have it (x86 with AVX512-VNNI:
+    # VNNI dots and AMX-INT8 tiles, kernels/quant.py); False: the row layout. LLMCHAT_QUANT_TILES=0.
+    quant_tiles: bool = field(default_factory=lambda: _env_switch("LLMCHAT_QUANT_TILES", 1) != 0)
     # Models with full and sliding-window layers keep the window layers' KV for the window only, in a pool of
     # its own (hybrid_blocks.py); False: one pool, every layer's KV for the whole context. LLMCHAT_WINDOW_KV=0.
     window_kv: bool = field(default_factory=lambda: _env_switch("LLMCHAT_WINDOW_KV", 1) != 0)

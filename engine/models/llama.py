@@ -196,11 +196,11 @@ class CausalLM(nn.Module):
 
     def finish_init(self, max_positions: int, progress: Callable[[int], None] | None = None,
                     deterministic: bool = True, small_m_max: int = DEFAULT_SMALL_M_MAX, pack_bf16: bool = True,
-                    decoder_stack: bool = True) -> None:
+                    decoder_stack: bool = True, quant_tiles: bool = True) -> None:
         """After the weights exist on CPU: tie embeddings, build the shared rotary cache, prepare the
         projections; progress(bytes prepared) as it goes (see preparation_bytes). deterministic: projections
-        whose rows do not depend on the step's size (layers/linear.py). small_m_max, pack_bf16, decoder_stack:
-        EngineConfig's switches for A/B runs."""
+        whose rows do not depend on the step's size (layers/linear.py). small_m_max, pack_bf16, decoder_stack,
+        quant_tiles: EngineConfig's switches for A/B runs."""
         table = self.quantized_embedding
         if self.args.tie_word_embeddings and table is not None:
             self.lm_head.set_quantized(None, table)
@@ -220,7 +220,7 @@ class CausalLM(nn.Module):
             elif isinstance(module, RMSNorm):
                 module.finalize()
         self._panels_in_huge_pages()
-        self._quantized_for_kernels()
+        self._quantized_for_kernels(quant_tiles)
         if progress is not None:
             progress(2 * prepared)
         for module in self.modules():
@@ -252,7 +252,7 @@ class CausalLM(nn.Module):
                                              layer_type=kind if self.args.gemma else None)
             layer.self_attn.rotary_cache = caches.get(kind)
 
-    def _quantized_for_kernels(self) -> None:
+    def _quantized_for_kernels(self, tiles: bool = True) -> None:
         """Quantized weights take the tile layout where the kernels have it (x86 with AVX512-VNNI: one copy,
         read by the VNNI dots and the AMX tiles), then move into huge pages (as the panels below): each is
         streamed every decode step. A weight shared by two users (a tied table and head) changes once."""
@@ -266,7 +266,7 @@ class CausalLM(nn.Module):
             tileable[id(w)] = tileable.get(id(w), True) and ok
         if not unique:
             return
-        tiles = self._kernels is not None and self._kernels.tiles_native()
+        tiles = tiles and self._kernels is not None and self._kernels.tiles_native()
         flat = [t for w in unique.values() for t in w.present()]
         moved_flat, moved = iter(pack_into_huge_pages(flat)), {}
         for key, w in unique.items():

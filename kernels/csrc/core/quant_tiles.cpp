@@ -5,7 +5,6 @@
 #include "quant_tiles.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -357,7 +356,7 @@ void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const Store finish{a};
   int64_t tile_tokens = 0;  // tokens [0, tile_tokens) on AMX tiles
 #if defined(LLMCHAT_HAS_AMX_INT8)
-  static const bool amx = amx_int8_granted() && !std::getenv("XX_NO_AMX");
+  static const bool amx = amx_int8_granted();
   if (amx) tile_tokens = a.m / kTileTokens * kTileTokens;
 #endif
   const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
