@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from . import quant_neon_layout as neon_layout
 from ._loader import require
 
 KINDS = {"q8": 0, "q8h": 1, "q4": 2, "q5": 3}
@@ -76,13 +77,16 @@ class QuantWeight:
         return KINDS[self.kind] + (4 if self.tiled else 0)
 
     def tileable(self) -> bool:
-        return not self.tiled and self.n % TILE_ROWS == 0
+        return not self.tiled and self.n % TILE_ROWS == 0 and neon_layout.takes(self.kind)
 
     def tiled_copy(self) -> QuantWeight:
         """The weight in the 16-row tile layout (see the module doc): a reordering, exact."""
         if not self.tileable():
             raise ValueError(f"only a row-layout weight of N % 16 == 0 rows tiles, got N = {self.n}"
                              f"{' (already tiled)' if self.tiled else ''}")
+        if neon_layout.ACTIVE:  # ARM: SMMLA's operand order (csrc/core/quant_tiles_neon.h)
+            return replace(self, values=neon_layout.tile_values(self.values, self.kind),
+                           scales=_group_major(self.scales), mins=_group_major(self.mins), tiled=True)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
         if self.kind in ("q8", "q8h"):  # [g, n, b, r, j] -> [g, b, r, n, j], as u8 (w + 128)
             v = self.values.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4) ^ -128
@@ -109,6 +113,9 @@ class QuantWeight:
         """The row layout of a tiled weight (itself when it is not tiled)."""
         if not self.tiled:
             return self
+        if neon_layout.ACTIVE:
+            return replace(self, values=neon_layout.untile_values(self.values, self.kind),
+                           scales=_row_major(self.scales), mins=_row_major(self.mins), tiled=False)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
         if self.kind in ("q8", "q8h"):
             v = (self.values.view(groups, nb, 8, TILE_ROWS, 4) ^ -128).permute(0, 3, 1, 2, 4)

@@ -29,12 +29,18 @@ class LoopSpec:
 
 
 OURS = [
-    # SDOT tiles; on cores with i8mm the engine's SMMLA tiles (2 rows x 2 tokens an instruction), for decode
-    # too, its one token paired with a copy of itself ("int1": the copy's MACs are not counted).
-    LoopSpec("Q4_0 GEMV (decode)", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q4_0_decode", "int1"),
-    LoopSpec("Q4_0 GEMM (prefill)", "llmchat", "tile 4x4", "quant_loops.cpp", "est_q4_0_prefill"),
-    LoopSpec("Q8_0 GEMV (decode)", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q8_0_decode", "int1"),
-    LoopSpec("Q8_0 GEMM (prefill)", "llmchat", "tile 4x4", "quant_loops.cpp", "est_q8_0_prefill"),
+    # The ARM tile layout (core/quant_tiles_neon.cpp), which the engine gives Q4_0 / Q8_0 weights of 16-row
+    # groups: decode 16 rows x 1 token on SDOT; prefill SMMLA tiles of 8 rows x 4 tokens with i8mm, else SDOT.
+    LoopSpec("Q4_0 GEMV (decode)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp", "est_tiles_q4_0_decode"),
+    LoopSpec("Q4_0 GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q4_0_prefill"),
+    LoopSpec("Q8_0 GEMV (decode)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp", "est_tiles_q8_0_decode"),
+    LoopSpec("Q8_0 GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q8_0_prefill"),
+    # The row layout (core/quant_linear.cpp: other rows counts, and LLMCHAT_QUANT_TILES=0): SDOT tiles; with
+    # i8mm SMMLA tiles for every M, decode's one token paired with a copy of itself ("int1": not counted).
+    LoopSpec("Q4_0 GEMV, row layout", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q4_0_decode", "int1"),
+    LoopSpec("Q4_0 GEMM, row layout", "llmchat", "tile 4x4", "quant_loops.cpp", "est_q4_0_prefill"),
+    LoopSpec("Q8_0 GEMV, row layout", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q8_0_decode", "int1"),
+    LoopSpec("Q8_0 GEMM, row layout", "llmchat", "tile 4x4", "quant_loops.cpp", "est_q8_0_prefill"),
     LoopSpec("bf16 GEMV (decode and prefill)", "llmchat", "4 rows", "gemv_loops.cpp", "est_gemv_bf16", "float"),
     LoopSpec("fp32 GEMV", "llmchat", "4 rows", "gemv_loops.cpp", "est_gemv_f32", "float"),
     # Where the core has bf16 the engine packs bf16 weights into 16-row panels (core/packed_linear.cpp, BFDOT).

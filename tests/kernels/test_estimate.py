@@ -21,6 +21,18 @@ def test_bf16_gemv_loop_is_found_and_timed():
     assert 0.03 <= est.per_mac <= 0.3, est
 
 
+def test_tile_layout_loops_are_timed_a_whole_block_a_trip():
+    """The ARM tile layout's loops (quant_tile_loops.cpp): a trip is one block of 32 for the whole register tile,
+    16 rows x 1 token for decode, 8 rows x 4 tokens on SMMLA (V1 has i8mm), 16 x 4 on SDOT (the A76 has none)."""
+    macs = {"Q8_0 GEMV (decode)": {"neoverse-v1": 16 * 32, "cortex-a76": 16 * 32},
+            "Q8_0 GEMM (prefill)": {"neoverse-v1": 8 * 4 * 32, "cortex-a76": 16 * 4 * 32}}
+    for est in run_all(by_key(["neoverse-v1", "cortex-a76"]), None, only="Q8_0 G"):
+        if est.spec.row in macs:
+            assert not est.error, est.error
+            assert est.macs == macs[est.spec.row][est.cpu.key], est
+            assert 0.005 <= est.per_mac <= 0.2, est
+
+
 def test_command_prints_cycles_per_weight():
     out = subprocess.run([sys.executable, "-m", "llmchat.kernels.estimate", "--cpu", "neoverse-v1", "--only", "bf16 GEMV"],
                          capture_output=True, text=True, timeout=600)

@@ -16,7 +16,8 @@ import llmchat.kernels as K
 from test_isa_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
 
 SOURCES = [str(Path(__file__).with_name("quant_driver.cpp")),
-           *(str(CSRC / "core" / name) for name in ("quant_linear.cpp", "quant_tiles.cpp", "amx_linear.cpp", "elementwise.cpp"))]  # + serial_runtime
+           *(str(CSRC / "core" / name) for name in ("quant_linear.cpp", "quant_tiles.cpp", "quant_tiles_neon.cpp", "amx_linear.cpp",
+                                                     "elementwise.cpp"))]  # + serial_runtime
 QEMU_MAX = [*QEMU, "-cpu", "max"]  # every optional Armv8 feature (dotprod, i8mm, bf16), whatever qemu's default
 
 AVX512_VNNI = ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]

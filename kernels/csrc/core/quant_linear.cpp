@@ -14,6 +14,7 @@
 #include "dispatch.h"
 #include "quant_linear.h"
 #include "quant_tiles.h"
+#include "quant_tiles_neon.h"
 
 // No compiler-chosen fused multiply-adds, here and in the block-dot header below: row dequantization must
 // round twice, as numpy does, and every output's float operations must be the ones written, whatever a
@@ -450,7 +451,7 @@ void quantize_activations(DType dt, const void* x, int64_t x_stride, int64_t m, 
 }
 
 void quant_linear(const QuantLinearArgs& a, const Runtime& rt) {
-  if (a.w.tiled) return quant_tiles_linear(a, rt);
+  if (a.w.tiled) return neon_tiles_compiled() ? quant_tiles_neon_linear(a, rt) : quant_tiles_linear(a, rt);
   if (a.m <= 0 || a.w.n <= 0) return;
   const int64_t nb = a.w.k / 32;
   const bool pairs = paired(a.w.kind);
@@ -472,7 +473,10 @@ void quant_linear(const QuantLinearArgs& a, const Runtime& rt) {
 
 void quant_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, DType dt, void* out,
                 int64_t out_stride, const Runtime& rt) {
-  if (w.tiled) return quant_tiles_rows(w, ids, num_ids, dt, out, out_stride, rt);
+  if (w.tiled) {
+    return neon_tiles_compiled() ? quant_tiles_neon_rows(w, ids, num_ids, dt, out, out_stride, rt)
+                                 : quant_tiles_rows(w, ids, num_ids, dt, out, out_stride, rt);
+  }
   const int64_t K = w.k, nb = K / 32;
   rt.parallel_for(num_ids, grain_for(K), [&](int64_t i0, int64_t i1) {
     int8_t vals[64];

@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../core/quant_linear.h"
+#include "../core/quant_tiles_neon.h"
 #include "checks.h"
 #include "quant_checks.h"
 
@@ -58,7 +59,7 @@ void quant_rows_op(const at::Tensor& ids, const at::Tensor& values, const at::Te
 }
 
 std::string quant_isa_op() { return quant_isa_name(); }
-std::string quant_tiles_isa_op() { return quant_tiles_isa(); }
+std::string quant_tiles_isa_op() { return neon_tiles_compiled() ? quant_tiles_neon_isa() : quant_tiles_isa(); }
 
 }  // namespace
 }  // namespace llmchat::binding

@@ -3,6 +3,7 @@
 #pragma once
 #include "../core/quant_linear.h"
 #include "../core/quant_tiles.h"
+#include "../core/quant_tiles_neon.h"
 #include "checks.h"
 
 namespace llmchat::binding {
@@ -17,7 +18,9 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
   QuantWeightView w;
   w.kind = QuantKind(kind & 3);
   w.tiled = kind >= 4;
-  LLMCHAT_CHECK(!w.tiled || quant_tiles_compiled(), op, "this build has no tile layout (it needs AVX512-VNNI)");
+  // ARM builds tile q8 and q4 in their own layout (core/quant_tiles_neon.h)
+  LLMCHAT_CHECK(!w.tiled || quant_tiles_compiled() || (neon_tiles_compiled() && neon_tiles_take(w.kind)), op,
+                "this build has no tile layout for this kind (x86 needs AVX512-VNNI; ARM tiles q8 and q4)");
   const bool nibbles = w.kind == QuantKind::Q4 || w.kind == QuantKind::Q5;
   for (auto [t, name] : {std::pair{&values, "values"}, {&scales, "scales"}}) {
     check_cpu(op, *t, name);

@@ -1,0 +1,404 @@
+// Quantized linear on the ARM tile layout (see quant_tiles_neon.h). A task owns whole groups of 16 weight rows
+// and runs every token against them. With i8mm and two or more tokens: SMMLA tiles of 4 row pairs x 2 token
+// pairs, both operands as they lie in memory. Otherwise (decode, or no i8mm): SDOT (or widening multiplies)
+// of a row pair's operand against a token's 8 bytes twice, and one pairwise add puts 4 rows' block sums in one
+// vector, so the scale work is shared by 4 rows. Every path gives each block's exact int32, then the same
+// float steps lane by lane. The scalar loop is the reference, and the path of builds without NEON.
+#include "quant_tiles_neon.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "../vec/dtypes.h"
+#include "dispatch.h"
+
+#if defined(__aarch64__) && defined(__ARM_NEON) && !defined(LLMCHAT_FORCE_SCALAR)
+#define LLMCHAT_NEON_TILES 1
+#include <arm_neon.h>
+#endif
+
+// Only the fused multiply-adds written below: an output's float operations must be the same in every path.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace llmchat {
+namespace {
+
+constexpr int kPairs = kNeonTileRows / 2;  // row pairs a group
+constexpr int64_t block_bytes(QuantKind k) { return k == QuantKind::Q4 ? 256 : 512; }
+
+// The activations of one call: plain (q [M, K], d, dsum [M, nb], offsets [M, nb] = offset * sum(q) or null)
+// for the scalar loop, and in token pairs (quant_tiles_neon.h) for the vector paths: qp [P][nb][4][2][8],
+// d4 / dsum4 / off4 [P][nb][4] as the lanes of an SMMLA tile want them: tokens (0, 1, 0, 1).
+struct Acts {
+  const int8_t* q;
+  const float *d, *dsum;
+  const int32_t* offsets;
+  const int8_t* qp;
+  const float *d4, *dsum4;
+  const int32_t* off4;
+  int64_t m, k, nb;
+};
+
+float factor(bool half, const void* p, int64_t i) {
+  return half ? to_float(fp16_t{static_cast<const uint16_t*>(p)[i]}) : static_cast<const float*>(p)[i];
+}
+
+// Element e (0..31) of row n (0..15) of a block, as stored (s8, or the nibble 0..15).
+int element(QuantKind kind, const uint8_t* blk, int n, int e) {
+  const int p = n / 2, h = n % 2;
+  if (kind == QuantKind::Q8) return int8_t(blk[64 * p + 16 * (e / 8) + 8 * h + e % 8]);
+  const int byte = e % 16, v = blk[32 * p + 16 * (byte / 8) + 8 * h + byte % 8];
+  return e < 16 ? v & 15 : v >> 4;
+}
+
+// acc[r][t] of group g's 16 rows for tokens [m0, m1): the reference loop of the layout's math.
+[[maybe_unused]] void scalar_group(const QuantLinearArgs& a, const Acts& x, int64_t g, int64_t m0, int64_t m1, float* acc) {
+  const QuantWeightView& w = a.w;
+  for (int64_t m = m0; m < m1; ++m)
+    for (int n = 0; n < kNeonTileRows; ++n) {
+      float v = 0.f;
+      for (int64_t b = 0; b < x.nb; ++b) {
+        const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * x.nb + b) * block_bytes(w.kind);
+        int32_t isum = 0;
+        for (int e = 0; e < 32; ++e) isum += element(w.kind, blk, n, e) * int32_t(x.q[m * x.k + 32 * b + e]);
+        if (x.offsets) isum -= x.offsets[m * x.nb + b];
+        const int64_t at = (g * x.nb + b) * kNeonTileRows + n;
+        v = std::fma(float(isum), factor(w.half_factors, w.scales, at) * x.d[m * x.nb + b], v);
+        if (w.mins) v = std::fma(factor(w.half_factors, w.mins, at), x.dsum[m * x.nb + b], v);
+      }
+      acc[(m - m0) * kNeonTileRows + n] = v;
+    }
+}
+
+#if defined(LLMCHAT_NEON_TILES)
+template <bool HALF>
+inline float32x4_t factors4(const void* p, int64_t at) {  // 4 rows' factors from index at
+  if constexpr (HALF) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(static_cast<const uint16_t*>(p) + at)));
+  else return vld1q_f32(static_cast<const float*>(p) + at);
+}
+
+// The 4 SMMLA operands (elements 8c..8c+7 of both rows) of row pair p of a block.
+template <QuantKind KIND>
+inline void pair_operands(const uint8_t* blk, int p, int8x16_t op[4]) {
+  if constexpr (KIND == QuantKind::Q8) {
+    for (int c = 0; c < 4; ++c) op[c] = vld1q_s8(reinterpret_cast<const int8_t*>(blk) + 64 * p + 16 * c);
+  } else {
+    const uint8x16_t low = vdupq_n_u8(0x0F), v0 = vld1q_u8(blk + 32 * p), v1 = vld1q_u8(blk + 32 * p + 16);
+    op[0] = vreinterpretq_s8_u8(vandq_u8(v0, low)), op[2] = vreinterpretq_s8_u8(vshrq_n_u8(v0, 4));
+    op[1] = vreinterpretq_s8_u8(vandq_u8(v1, low)), op[3] = vreinterpretq_s8_u8(vshrq_n_u8(v1, 4));
+  }
+}
+
+// Lanes whose pairs (0 + 1, 2 + 3) are the two rows' dots of one operand with a token's 8 bytes (twice in a).
+inline int32x4_t pair_dot(int32x4_t acc, int8x16_t w, int8x16_t a) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(acc, w, a);
+#else
+  const int16x8_t p0 = vmull_s8(vget_low_s8(w), vget_low_s8(a)), p1 = vmull_high_s8(w, a);
+  return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)));
+#endif
+}
+
+// out lanes -> res[t][n] for the 16 rows of a group, T tokens from m0: SDOT (or widening) block sums.
+template <QuantKind KIND, bool HALF, bool MINS, bool OFF, int T>
+void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, float (*res)[kNeonTileRows]) {
+  float32x4_t acc[4][T];
+  for (auto& row : acc)
+    for (auto& v : row) v = vdupq_n_f32(0.f);
+  for (int64_t b = 0; b < x.nb; ++b) {
+    const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * x.nb + b) * block_bytes(KIND);
+    int8x16_t act[T][4];
+    float32x4_t d[T], ds[T];
+    int32x4_t off[T];
+    for (int t = 0; t < T; ++t) {
+      const int64_t m = m0 + t, at = (m / 2 * x.nb + b) * 4 + m % 2;
+      const int8_t* q = x.qp + (m / 2 * x.nb + b) * 64 + 8 * (m % 2);
+      for (int c = 0; c < 4; ++c) act[t][c] = vreinterpretq_s8_s64(vld1q_dup_s64(reinterpret_cast<const int64_t*>(q + 16 * c)));
+      d[t] = vdupq_n_f32(x.d4[at]);
+      if constexpr (MINS) ds[t] = vdupq_n_f32(x.dsum4[at]);
+      if constexpr (OFF) off[t] = vdupq_n_s32(x.off4[at]);
+    }
+    for (int quad = 0; quad < 4; ++quad) {
+      const int64_t at = (g * x.nb + b) * kNeonTileRows + 4 * quad;
+      const float32x4_t s = factors4<HALF>(w.scales, at);
+      float32x4_t mn;
+      if constexpr (MINS) mn = factors4<HALF>(w.mins, at);
+      int8x16_t w0[4], w1[4];
+      pair_operands<KIND>(blk, 2 * quad, w0), pair_operands<KIND>(blk, 2 * quad + 1, w1);
+      for (int t = 0; t < T; ++t) {
+        int32x4_t x0 = vdupq_n_s32(0), x1 = vdupq_n_s32(0);
+        for (int c = 0; c < 4; ++c) x0 = pair_dot(x0, w0[c], act[t][c]), x1 = pair_dot(x1, w1[c], act[t][c]);
+        int32x4_t isum = vpaddq_s32(x0, x1);  // rows 4 quad .. 4 quad + 3
+        if constexpr (OFF) isum = vsubq_s32(isum, off[t]);
+        acc[quad][t] = vfmaq_f32(acc[quad][t], vcvtq_f32_s32(isum), vmulq_f32(s, d[t]));
+        if constexpr (MINS) acc[quad][t] = vfmaq_f32(acc[quad][t], mn, ds[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int quad = 0; quad < 4; ++quad) vst1q_f32(res[t] + 4 * quad, acc[quad][t]);
+}
+
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+constexpr int kMmaRowPairs = 4, kMmaTokenPairs = 2;
+
+// SMMLA: RP row pairs from pair p0 of group g x TP token pairs from pair t0, lanes (r0 t0, r0 t1, r1 t0, r1 t1).
+template <QuantKind KIND, bool HALF, bool MINS, bool OFF, int RP, int TP>
+void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_t t0, float32x4_t (*out)[kMmaTokenPairs]) {
+  static_assert(RP % 2 == 0, "row pairs by 4 rows' factors");
+  float32x4_t acc[RP][TP];
+  for (auto& row : acc)
+    for (auto& v : row) v = vdupq_n_f32(0.f);
+  for (int64_t b = 0; b < x.nb; ++b) {
+    const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * x.nb + b) * block_bytes(KIND);
+    int8x16_t act[TP][4];
+    float32x4_t d[TP], ds[TP];
+    int32x4_t off[TP];
+    for (int j = 0; j < TP; ++j) {
+      const int64_t at = ((t0 + j) * x.nb + b) * 4;
+      for (int c = 0; c < 4; ++c) act[j][c] = vld1q_s8(x.qp + at * 16 + 16 * c);
+      d[j] = vld1q_f32(x.d4 + at);
+      if constexpr (MINS) ds[j] = vld1q_f32(x.dsum4 + at);
+      if constexpr (OFF) off[j] = vld1q_s32(x.off4 + at);
+    }
+    float32x4_t s[RP], mn[RP];  // per row pair: (r0, r0, r1, r1)
+    for (int i = 0; i < RP; i += 2) {
+      const int64_t at = (g * x.nb + b) * kNeonTileRows + 2 * (p0 + i);
+      const float32x4_t v = factors4<HALF>(w.scales, at);
+      s[i] = vzip1q_f32(v, v), s[i + 1] = vzip2q_f32(v, v);
+      if constexpr (MINS) {
+        const float32x4_t u = factors4<HALF>(w.mins, at);
+        mn[i] = vzip1q_f32(u, u), mn[i + 1] = vzip2q_f32(u, u);
+      }
+    }
+    for (int i = 0; i < RP; ++i) {
+      int8x16_t op[4];
+      pair_operands<KIND>(blk, p0 + i, op);
+      for (int j = 0; j < TP; ++j) {
+        int32x4_t isum = vdupq_n_s32(0);
+        for (int c = 0; c < 4; ++c) isum = vmmlaq_s32(isum, op[c], act[j][c]);
+        if constexpr (OFF) isum = vsubq_s32(isum, off[j]);
+        acc[i][j] = vfmaq_f32(acc[i][j], vcvtq_f32_s32(isum), vmulq_f32(s[i], d[j]));
+        if constexpr (MINS) acc[i][j] = vfmaq_f32(acc[i][j], mn[i], ds[j]);
+      }
+    }
+  }
+  for (int i = 0; i < RP; ++i)
+    for (int j = 0; j < TP; ++j) out[i][j] = acc[i][j];
+}
+
+// res[t][n] for tokens [m0, m1) of group g on SMMLA tiles (a lone last token is its pair's first lane).
+template <QuantKind KIND, bool HALF, bool MINS, bool OFF>
+void mma_group(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, int64_t m1, float (*res)[kNeonTileRows]) {
+  for (int64_t t0 = m0 / 2; 2 * t0 < m1; t0 += kMmaTokenPairs) {
+    const bool two = 2 * (t0 + 1) < m1;
+    for (int p0 = 0; p0 < kPairs; p0 += kMmaRowPairs) {
+      float32x4_t out[kMmaRowPairs][kMmaTokenPairs];
+      if (two) mma_tile<KIND, HALF, MINS, OFF, kMmaRowPairs, 2>(w, x, g, p0, t0, out);
+      else mma_tile<KIND, HALF, MINS, OFF, kMmaRowPairs, 1>(w, x, g, p0, t0, out);
+      for (int i = 0; i < kMmaRowPairs; ++i)
+        for (int j = 0; j < (two ? 2 : 1); ++j) {
+          float lanes[4];
+          vst1q_f32(lanes, out[i][j]);
+          for (int h = 0; h < 2; ++h)
+            for (int u = 0; u < 2; ++u) {
+              const int64_t m = 2 * (t0 + j) + u;
+              if (m < m1) res[m - m0][2 * (p0 + i) + h] = lanes[2 * h + u];
+            }
+        }
+    }
+  }
+}
+#endif
+
+template <QuantKind KIND, bool HALF, bool MINS, bool OFF>
+void vector_group(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, int64_t m1, float (*res)[kNeonTileRows]) {
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+  if (x.m > 1) return mma_group<KIND, HALF, MINS, OFF>(w, x, g, m0, m1, res);
+#endif
+  int64_t m = m0;
+  for (; m + 4 <= m1; m += 4) dot_tile<KIND, HALF, MINS, OFF, 4>(w, x, g, m, res + (m - m0));
+  for (; m < m1; ++m) dot_tile<KIND, HALF, MINS, OFF, 1>(w, x, g, m, res + (m - m0));
+}
+
+template <QuantKind KIND, bool HALF>
+void vector_group_any(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, int64_t m1, float (*res)[kNeonTileRows]) {
+  if (w.mins) return vector_group<KIND, HALF, true, false>(w, x, g, m0, m1, res);
+  if (x.offsets) return vector_group<KIND, HALF, false, true>(w, x, g, m0, m1, res);
+  vector_group<KIND, HALF, false, false>(w, x, g, m0, m1, res);
+}
+#endif
+
+// Tokens of one group at a time, in chunks whose results fit a small buffer (token pairs stay whole).
+constexpr int64_t kChunk = 64;
+
+void run_group(const QuantLinearArgs& a, const Acts& x, int64_t g) {
+  float res[kChunk][kNeonTileRows];
+  for (int64_t m0 = 0; m0 < a.m; m0 += kChunk) {
+    const int64_t m1 = std::min(a.m, m0 + kChunk);
+#if defined(LLMCHAT_NEON_TILES)
+    const bool half = a.w.half_factors, q8 = a.w.kind == QuantKind::Q8;
+    if (q8) half ? vector_group_any<QuantKind::Q8, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q8, false>(a.w, x, g, m0, m1, res);
+    else half ? vector_group_any<QuantKind::Q4, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q4, false>(a.w, x, g, m0, m1, res);
+#else
+    scalar_group(a, x, g, m0, m1, &res[0][0]);
+#endif
+    dispatch_dtype(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* bias = static_cast<const T*>(a.bias);
+      T* out = static_cast<T*>(a.out);
+      for (int64_t m = m0; m < m1; ++m)
+        for (int n = 0; n < kNeonTileRows; ++n) {
+          const int64_t row = g * kNeonTileRows + n;
+          float v = res[m - m0][n];
+          if (bias) v = v + to_float(bias[row]);
+          out[m * a.out_stride + row] = from_float<T>(v);
+        }
+    });
+  }
+}
+
+// The plain quantized activations reordered into token pairs, with the lanes' factors and offsets.
+[[maybe_unused]] void pair_layout(Acts& x, int32_t offset, std::vector<int8_t>& qp, std::vector<float>& d4, std::vector<float>& dsum4,
+                 std::vector<int32_t>& off4, const Runtime& rt) {
+  const int64_t pairs = (x.m + 1) / 2, nb = x.nb;
+  qp.resize(size_t(pairs * nb * 64)), d4.resize(size_t(pairs * nb * 4)), dsum4.resize(d4.size());
+  off4.resize(offset != 0 ? d4.size() : 0);
+  int8_t* q = qp.data();  // (thread_local: the workers see their own vectors under these names)
+  float *d = d4.data(), *ds = dsum4.data();
+  int32_t* off = off4.data();
+  const Acts& src = x;
+  rt.parallel_for(pairs, grain_for(2 * x.k), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t at = (p * nb + b) * 4;
+        for (int u = 0; u < 2; ++u) {
+          const int64_t m = 2 * p + u;
+          const bool real = m < src.m;
+          for (int c = 0; c < 4; ++c)
+            for (int j = 0; j < 8; ++j) q[at * 16 + 16 * c + 8 * u + j] = real ? src.q[m * src.k + 32 * b + 8 * c + j] : 0;
+          const float dv = real ? src.d[m * nb + b] : 0.f, sv = real ? src.dsum[m * nb + b] : 0.f;
+          d[at + u] = d[at + 2 + u] = dv, ds[at + u] = ds[at + 2 + u] = sv;
+          if (offset != 0) off[at + u] = off[at + 2 + u] = real ? src.offsets[m * nb + b] : 0;
+        }
+      }
+  });
+  x.qp = qp.data(), x.d4 = d4.data(), x.dsum4 = dsum4.data(), x.off4 = offset != 0 ? off4.data() : nullptr;
+}
+
+}  // namespace
+
+bool neon_tiles_compiled() {
+#if defined(__aarch64__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool neon_tiles_take(QuantKind kind) { return kind == QuantKind::Q8 || kind == QuantKind::Q4; }
+
+const char* quant_tiles_neon_isa() {
+#if !defined(LLMCHAT_NEON_TILES)
+  return "scalar";
+#elif defined(__ARM_FEATURE_MATMUL_INT8)
+  return "neon+i8mm";
+#elif defined(__ARM_FEATURE_DOTPROD)
+  return "neon+dotprod";
+#else
+  return "neon";
+#endif
+}
+
+void quant_tiles_neon_linear(const QuantLinearArgs& a, const Runtime& rt) {
+  if (a.m <= 0 || a.w.n <= 0) return;
+  const int64_t nb = a.w.k / 32, groups = a.w.n / kNeonTileRows;
+  thread_local std::vector<int8_t> q, qp;
+  thread_local std::vector<float> d, dsum, d4, dsum4;
+  thread_local std::vector<int32_t> offsets, off4;
+  q.resize(size_t(a.m * a.w.k)), d.resize(size_t(a.m * nb)), dsum.resize(size_t(a.m * nb));
+  quantize_activations(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), d.data(), dsum.data(), rt);
+  // Q4_0: u = w + 8, so sum u q - 8 sum q is the signed dot (min = -8 x scale, taken off in int32)
+  const int32_t offset = a.w.kind == QuantKind::Q4 && a.w.mins == nullptr ? -a.w.min_offset : 0;
+  offsets.resize(offset != 0 ? size_t(a.m * nb) : 0);
+  if (offset != 0) {
+    const int8_t* qs = q.data();
+    int32_t* sums = offsets.data();
+    rt.parallel_for(a.m, grain_for(a.w.k), [&](int64_t m0, int64_t m1) {
+      for (int64_t i = m0 * nb; i < m1 * nb; ++i) {
+        int32_t sum = 0;
+        for (int j = 0; j < 32; ++j) sum += qs[i * 32 + j];
+        sums[i] = offset * sum;
+      }
+    });
+  }
+  Acts x{q.data(), d.data(), dsum.data(), offset != 0 ? offsets.data() : nullptr, nullptr, nullptr, nullptr, nullptr,
+         a.m, a.w.k, nb};
+#if defined(LLMCHAT_NEON_TILES)
+  pair_layout(x, offset, qp, d4, dsum4, off4, rt);
+#endif
+  const int64_t work = std::max<int64_t>(1, a.w.k * kNeonTileRows * a.m);
+  const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
+  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, (1 << 20) / work));
+  rt.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) run_group(a, x, g);
+  });
+}
+
+void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, DType dt, void* out,
+                           int64_t out_stride, const Runtime& rt) {
+  const int64_t K = w.k, nb = K / 32;
+  rt.parallel_for(num_ids, grain_for(K), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t g = ids[i] / kNeonTileRows;
+      const int n = int(ids[i] % kNeonTileRows);
+      dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        T* o = static_cast<T*>(out) + i * out_stride;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * nb + b) * block_bytes(w.kind);
+          const int64_t at = (g * nb + b) * kNeonTileRows + n;
+          const float s = factor(w.half_factors, w.scales, at);
+          for (int e = 0; e < 32; ++e) {
+            float value = s * float(element(w.kind, blk, n, e));  // two roundings, as numpy does it
+            if (w.mins != nullptr) value = value + factor(w.half_factors, w.mins, at);
+            else if (w.min_offset != 0) value = value + float(w.min_offset) * s;
+            o[32 * b + e] = from_float<T>(value);
+          }
+        }
+      });
+    }
+  });
+}
+
+void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, void* tiled) {
+  const int64_t nb = k / 32, row_block = kind == QuantKind::Q4 ? 16 : 32, chunks = row_block / 8;
+  const uint8_t* src = static_cast<const uint8_t*>(rows);
+  uint8_t* dst = static_cast<uint8_t*>(tiled);
+  for (int64_t r = 0; r < n; ++r)  // [g, p, h, b, c, j] -> [g, b, p, c, h, j]
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t c = 0; c < chunks; ++c)
+        for (int j = 0; j < 8; ++j) {
+          const int64_t g = r / kNeonTileRows, p = r % kNeonTileRows / 2, h = r % 2;
+          dst[(g * nb + b) * kNeonTileRows * row_block + p * 2 * row_block + c * 16 + h * 8 + j] =
+              src[r * nb * row_block + b * row_block + c * 8 + j];
+        }
+}
+
+void neon_tile_factors(int64_t n, int64_t per_row, int elem_bytes, const void* rows, void* tiled) {
+  const uint8_t* src = static_cast<const uint8_t*>(rows);
+  uint8_t* dst = static_cast<uint8_t*>(tiled);
+  for (int64_t r = 0; r < n; ++r)  // [g, n, s] -> [g, s, n]
+    for (int64_t s = 0; s < per_row; ++s) {
+      const int64_t g = r / kNeonTileRows, at = (g * per_row + s) * kNeonTileRows + r % kNeonTileRows;
+      std::memcpy(dst + at * elem_bytes, src + (r * per_row + s) * elem_bytes, size_t(elem_bytes));
+    }
+}
+
+}  // namespace llmchat
