@@ -14,6 +14,9 @@ exactly as the gguf package dequantizes the file it came from.
 On x86 with AVX512-VNNI (`tiles_native()`), `tiled()` reorders a weight of N % 16 == 0 rows into 16-row
 groups (csrc/core/quant_tiles.h): the same tensors' shapes and bytes, in the order the VNNI block dots and the
 AMX-INT8 tiles read. A tiled weight is the only copy; `untiled()` gives the row layout back, exactly.
+A tiled "q8" weight (Q8_0) takes 16-bit activations (`wide_activations`: d = max|x| / 32639, computed as two
+int8 halves on the same integer dots): quantizing the activations is the largest error of an 8-bit weight's
+dot, and at 16 bits it is 256x smaller, for twice the integer work.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class QuantWeight:
     source: str = ""          # the GGUF type it came from, e.g. "Q4_K"
     min_offset: int = 0       # without mins: min = min_offset * scale
     tiled: bool = False       # the 16-row tile layout (csrc/core/quant_tiles.h), else rows
+    wide_activations: bool = False  # 16-bit activations (a tiled q8 weight), else 8-bit
 
     @property
     def n(self) -> int:
@@ -69,12 +73,13 @@ class QuantWeight:
         values, scales = next(it), next(it)
         mins = next(it) if self.mins is not None else None
         high = next(it) if self.high is not None else None
-        return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, self.tiled)
+        return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, self.tiled,
+                           self.wide_activations)
 
     @property
     def code(self) -> int:
-        """The op's kind argument: KINDS, plus 4 for the tile layout."""
-        return KINDS[self.kind] + (4 if self.tiled else 0)
+        """The op's kind argument: KINDS, plus 4 for the tile layout, plus 8 for 16-bit activations."""
+        return KINDS[self.kind] + (4 if self.tiled else 0) + (8 if self.wide_activations else 0)
 
     def tileable(self) -> bool:
         return not self.tiled and self.n % TILE_ROWS == 0 and neon_layout.takes(self.kind)
@@ -100,14 +105,14 @@ class QuantWeight:
             words = (bits << torch.arange(64)).sum(-1)                      # int64 wraps like uint64
             high = words.contiguous().view(torch.int32).view(self.high.shape)
         return QuantWeight(self.kind, values, _group_major(self.scales), _group_major(self.mins), high,
-                           self.source, self.min_offset, True)
+                           self.source, self.min_offset, True, wide_activations=self.kind == "q8" and _wide_q8())
 
     def tile_in_place(self) -> QuantWeight:
         """tiled_copy() written over this weight's own tensors (same shapes and dtypes), which it then owns."""
         tiled = self.tiled_copy()
         for dst, src in zip(self.present(), tiled.present()):
             dst.copy_(src)
-        return replace(self, tiled=True)
+        return replace(self, tiled=True, wide_activations=tiled.wide_activations)
 
     def untiled(self) -> QuantWeight:
         """The row layout of a tiled weight (itself when it is not tiled)."""
@@ -159,7 +164,7 @@ class QuantWeight:
             per = t.shape[0] // (self.n // TILE_ROWS)
             return t[g0 * per:g1 * per]
         return QuantWeight(self.kind, part(self.values), part(self.scales), part(self.mins), part(self.high),
-                           self.source, self.min_offset, True)
+                           self.source, self.min_offset, True, self.wide_activations)
 
     @staticmethod
     def cat(parts: list[QuantWeight]) -> QuantWeight:
@@ -169,12 +174,13 @@ class QuantWeight:
         join = (lambda ts: None if ts[0] is None else torch.cat(ts))
         return QuantWeight(parts[0].kind, join([p.values for p in parts]), join([p.scales for p in parts]),
                            join([p.mins for p in parts]), join([p.high for p in parts]),
-                           "+".join(sorted({p.source for p in parts})), parts[0].min_offset, parts[0].tiled)
+                           "+".join(sorted({p.source for p in parts})), parts[0].min_offset, parts[0].tiled,
+                           parts[0].wide_activations)
 
     @property
     def layout(self) -> tuple:
         """What must agree for two weights to run as one op call."""
-        return self.kind, self.mins is None, self.scales.dtype, self.min_offset, self.tiled
+        return self.kind, self.mins is None, self.scales.dtype, self.min_offset, self.tiled, self.wide_activations
 
     def integers(self) -> torch.Tensor:
         """The quantized values as int32 [N, K] (u 0..31 for q4/q5, signed for q8/q8h)."""
@@ -201,6 +207,14 @@ class QuantWeight:
         return w.reshape(self.n, self.k)
 
 
+def _wide_q8() -> bool:
+    """Whether the tile layout here runs Q8 with 16-bit activations: x86's does (quant_tiles.h)."""
+    try:
+        return tiles_isa().startswith("avx512")
+    except RuntimeError:  # no compiled kernels: nothing runs the layout here
+        return False
+
+
 def _group_major(t: torch.Tensor | None) -> torch.Tensor | None:
     """Per-block factors [N, S] -> [N / 16, S, 16] order (same shape): 16 rows' factors side by side."""
     if t is None:
@@ -214,19 +228,21 @@ def _row_major(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.view(-1, t.shape[1], TILE_ROWS).transpose(1, 2).contiguous().view(t.shape)
 
 
-def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Torch version of the op's activation quantization: (q int32 [M, K], d [M, K/32], d * sum(q) [M, K/32])."""
+def quantize_activations(x: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Torch version of the op's activation quantization: (q int32 [M, K], d [M, K/32], d * sum(q) [M, K/32]);
+    wide: 16 bits (q in [-32639, 32639])."""
+    top = 32639.0 if wide else 127.0
     blocks = x.float().reshape(x.shape[0], -1, BLOCK)
-    d = blocks.abs().amax(-1) / 127.0
+    d = blocks.abs().amax(-1) / top
     inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
-    q = torch.round(blocks * inv.unsqueeze(-1)).clamp(-127, 127)
+    q = torch.round(blocks * inv.unsqueeze(-1)).clamp(-top, top)
     return q.to(torch.int32).reshape(x.shape[0], -1), d, d * q.sum(-1)
 
 
 def reference_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The op's math in torch, in float64 (exact integer dots): the oracle for quant_linear. Returns x.dtype."""
+    q, d, dsum = quantize_activations(x, wide=w.wide_activations)
     w = w.untiled()
-    q, d, dsum = quantize_activations(x)
     m, nb = q.shape[0], w.k // BLOCK
     qa = q.view(m, nb, BLOCK).double()
     qw = w.integers().view(w.n, nb, BLOCK).double()

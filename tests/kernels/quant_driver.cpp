@@ -11,7 +11,8 @@
 //   - that nothing outside the [M, N] slice of a wider, strided output is written;
 //   - quant_rows against scale * q + min rounded twice in float, exactly;
 //   - the same for the tile layout (core/quant_tiles.h, built here from the row layout as that header
-//     documents it) where the build has it: AMX tiles for whole 16-token tiles where granted, VNNI otherwise.
+//     documents it) where the build has it: AMX tiles for whole 16-token tiles where granted, VNNI otherwise;
+//     Q8 there also with 16-bit activations (quantize_activations_wide, q = 256 hi + lo).
 // Prints "isa=<quant_isa_name()>", "tiles=<quant_tiles_isa()>", a digest of the tiled outputs (every build that
 // has the layout must print the same: the AMX and VNNI paths give the same bits) and "ok <n> checks, <f> failed";
 // exit 1 on failure.
@@ -122,7 +123,7 @@ struct Weight {
     group_major(scales, tiles.scales), group_major(mins, tiles.mins);
     group_major(scales_h, tiles.scales_h), group_major(mins_h, tiles.mins_h);
   }
-  QuantWeightView view(bool tiled = false) const {
+  QuantWeightView view(bool tiled = false, bool wide = false) const {
     QuantWeightView w;
     w.kind = kind, w.n = n, w.k = k;
     const auto& sc = tiled ? tiles.scales : scales;
@@ -136,6 +137,7 @@ struct Weight {
     w.half_factors = half;
     w.min_offset = min_offset;
     w.tiled = tiled;
+    w.wide_activations = wide;
     return w;
   }
   // The integer weight of row r, element c, decoded from the layout as quant_linear.h documents it.
@@ -170,8 +172,9 @@ void fail(const char* what, QuantKind kind, const char* dt, int64_t m, int64_t n
 
 template <typename T>
 void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bool with_mins, int threads,
-                  bool half = false, bool tiled = false) {
-  const std::string label = std::string(dtype_name<T>()) + (half ? "+fp16 factors" : "") + (tiled ? " tiled" : "");
+                  bool half = false, bool tiled = false, bool wide = false) {
+  const std::string label = std::string(dtype_name<T>()) + (half ? "+fp16 factors" : "") + (tiled ? " tiled" : "") +
+                            (wide ? " 16-bit activations" : "");
   const char* dt = label.c_str();
   Weight wt(kind, n, k, with_mins, half, half);
   if (tiled) wt.make_tiles();
@@ -186,7 +189,7 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bo
     QuantLinearArgs a;
     a.dtype = dtype_of<T>();
     a.x = xp, a.x_stride = xs;
-    a.w = wt.view(tiled);
+    a.w = wt.view(tiled, wide);
     a.bias = bias ? b.data() : nullptr;
     a.out = op, a.out_stride = os;
     a.m = rows;
@@ -198,11 +201,22 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bo
   for (const T& v : out) h = (h ^ bits_of(v)) * 1099511628211ull;  // FNV-1a over every output's bits
 
   // The reference: the same quantized activations, exact integer dots, the float math in double.
-  std::vector<int8_t> q(size_t(m * k));
+  std::vector<int32_t> q(size_t(m * k));
   std::vector<float> d(size_t(m * nb)), dsum(size_t(m * nb));
-  quantize_activations(dtype_of<T>(), x.data(), xs, m, k, q.data(), d.data(), dsum.data(), serial_runtime());
+  std::vector<int32_t> offsets(size_t(m * nb));
+  const int top = wide ? 32639 : 127;
+  if (wide) {
+    std::vector<int8_t> lo(q.size()), hi(q.size());
+    quantize_activations_wide(dtype_of<T>(), x.data(), xs, m, k, lo.data(), hi.data(), d.data(), offsets.data(),
+                              serial_runtime());
+    for (size_t i = 0; i < q.size(); ++i) q[i] = 256 * hi[i] + lo[i];
+  } else {
+    std::vector<int8_t> q8(q.size());
+    quantize_activations(dtype_of<T>(), x.data(), xs, m, k, q8.data(), d.data(), dsum.data(), serial_runtime());
+    q.assign(q8.begin(), q8.end());
+  }
   ++checks;
-  {  // the quantization itself: q * d within half a step of x, dsum = d * sum(q)
+  {  // the quantization itself: q * d within half a step of x, dsum = d * sum(q) (wide: offsets = 128 sum(q))
     int bad = 0;
     for (int64_t t = 0; t < m; ++t)
       for (int64_t bb = 0; bb < nb; ++bb) {
@@ -210,14 +224,15 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bo
         float amax = 0.f;
         for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(to_float(x[t * xs + 32 * bb + j])));
         const float dd = d[t * nb + bb];
-        if (!(std::fabs(dd - amax / 127.f) <= 1e-6f * amax)) ++bad;
+        if (!(std::fabs(dd - amax / float(top)) <= 1e-6f * amax)) ++bad;
         for (int j = 0; j < 32; ++j) {
           const int qq = q[t * k + 32 * bb + j];
           sum += qq;
           const double xv = to_float(x[t * xs + 32 * bb + j]);
-          if (qq < -127 || qq > 127 || std::fabs(xv - double(qq) * dd) > 0.5001 * dd + 1e-30) ++bad;
+          // x * (1 / d) rounds twice in float: up to ~top * 2^-23 of a step past the half
+          if (qq < -top || qq > top || std::fabs(xv - double(qq) * dd) > (0.5001 + top * 3e-7) * dd + 1e-30) ++bad;
         }
-        if (dsum[t * nb + bb] != dd * float(sum)) ++bad;
+        if (wide ? offsets[t * nb + bb] != 128 * sum : dsum[t * nb + bb] != dd * float(sum)) ++bad;
       }
     if (bad) {
       char msg[64];
@@ -384,6 +399,17 @@ int main() {
         check_rows<bf16_t>(kind, 48, k, false, 1, true);
       }
     }
+    // Q8 with 16-bit activations (what the engine runs Q8_0 with on this layout), the same M and N.
+    for (int64_t k : {32, 96, 576})
+      for (int64_t m : tms) {
+        const int64_t n = tns[size_t(j) % 4];
+        const int threads = 1 + j % 3;
+        const bool bias = j % 2 == 1, half = (j / 3) % 2 == 1;
+        check_linear<float>(QuantKind::Q8, m, n, k, bias, false, threads, half, true, true);
+        check_linear<bf16_t>(QuantKind::Q8, m, n, k, !bias, false, threads % 3 + 1, !half, true, true);
+        check_linear<fp16_t>(QuantKind::Q8, m, n, k, bias, false, (threads + 1) % 3 + 1, half, true, true);
+        ++j;
+      }
   }
   std::printf("worst error f32 %.3g bf16 %.3g f16 %.3g\n", worst_error[0], worst_error[1], worst_error[2]);
   std::printf("digest=%016llx\n", (unsigned long long)digest);

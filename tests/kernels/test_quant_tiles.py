@@ -39,8 +39,35 @@ def test_matches_reference(kind, dtype, m, n, k, factors):
     w = random_weight(kind, n, k, seed=m * 1000 + n, factors=factors)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(n)).to(dtype)
     bias = torch.randn(n).to(dtype) if m % 2 else None
-    got = K.quant_linear(x, w.tiled_copy(), bias)
-    assert relative_error(got, reference_linear(x, w, bias)) <= TOL[dtype]
+    tiled = w.tiled_copy()
+    got = K.quant_linear(x, tiled, bias)
+    assert relative_error(got, reference_linear(x, tiled, bias)) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("m", [1, 5, 16, 40])
+def test_q8_takes_16_bit_activations_on_tiles(m):
+    """A tiled Q8 weight quantizes its activations to 16 bits: against the float product of the same weight
+    its error is far below the row layout's 8-bit activations (whose error is mostly that quantization)."""
+    w = random_weight("q8", 48, 576, seed=m, factors="f16")
+    tiled = w.tiled_copy()
+    assert tiled.wide_activations and not w.wide_activations and tiled.code == 12
+    x = torch.randn(m, 576, generator=torch.Generator().manual_seed(m)) * torch.logspace(-2, 1, 576)
+    exact = x.double() @ w.dequantize().double().T
+    wide_error = (K.quant_linear(x, tiled).double() - exact).abs().mean()
+    row_error = (K.quant_linear(x, w).double() - exact).abs().mean()
+    assert wide_error * 100 < row_error
+    assert not tiled.untiled().wide_activations and tiled.rows(slice(16, 32)).wide_activations
+
+
+def test_16_bit_activations_match_torch():
+    from llmchat.kernels.quant import quantize_activations
+    x = torch.randn(9, 96) * torch.logspace(-3, 2, 96)
+    x[2] = 0
+    q, d, dsum = quantize_activations(x, wide=True)
+    assert (q.abs() <= 32639).all() and torch.all(d[2] == 0) and q.abs().max() == 32639
+    recon = (q.view(9, 3, 32).float() * d.unsqueeze(-1)).view(9, 96)
+    # x * (1 / d) rounds twice in float: a value may land up to ~32639 * 2^-23 of a step past the half
+    assert ((recon - x).abs() <= d.repeat_interleave(32, 1) * (0.5 + 32639 * 3e-7) + 1e-12).all()
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -31,6 +31,7 @@ struct QuantWeightView {
   bool half_factors = false;
   int min_offset = 0;              // a power of two: min_offset * scale is exact
   bool tiled = false;              // the 16-row tile layout of quant_tiles.h (n % 16 == 0), else rows
+  bool wide_activations = false;   // Q8 tiled only: activations in 16 bits (quant_tiles.h), else 8
 };
 
 struct QuantLinearArgs {

@@ -39,11 +39,13 @@ constexpr int64_t block_bytes(QuantKind k) { return nibbles(k) ? 256 : 512; }
 
 // Quantized activations in plain order: q [M, K], d and dsum [M, nb]; offsets [M, subs] (or null): the stored
 // weights' offset times sum(q) over each block (Q8Halves: each half), what a sum of u * q has on top of the signed one.
+// 16-bit activations (q_high not null): q holds the low bytes and q_high the high ones, q = 256 q_high + q.
 struct Acts {
   const int8_t* q;
   const float *d, *dsum;
   const int32_t* offsets;
   int64_t k, nb;
+  const int8_t* q_high = nullptr;
 };
 
 template <bool HALF>
@@ -124,8 +126,9 @@ struct Store {
 };
 
 // G groups x T tokens from (g0, m0) on VNNI block dots: per block, 8 vpdpbusd a group and token give the
-// block's int32 sums of 16 rows in the lanes (starting from -offset, so they come out signed).
-template <QuantKind KIND, bool HALF, int G, int T>
+// block's int32 sums of 16 rows in the lanes (starting from -offset, so they come out signed). WIDE: 8 more
+// for the high bytes, added shifted by 8.
+template <QuantKind KIND, bool HALF, bool WIDE, int G, int T>
 void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, const Store& finish) {
   constexpr int kSub = halves(KIND) ? 2 : 1;
   const int64_t nb = x.nb;
@@ -145,6 +148,15 @@ void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, 
           const __m512i act = _mm512_set1_epi32(four_bytes(x.q + (m0 + t) * x.k + 32 * b + 4 * r));
           isum[t][r / (8 / kSub)] = _mm512_dpbusd_epi32(isum[t][r / (8 / kSub)], rows[r], act);
         }
+      if constexpr (WIDE) {
+        static_assert(kSub == 1, "16-bit activations are for whole-block scales");
+        for (int t = 0; t < T; ++t) {
+          __m512i high = _mm512_setzero_si512();
+          for (int r = 0; r < 8; ++r)
+            high = _mm512_dpbusd_epi32(high, rows[r], _mm512_set1_epi32(four_bytes(x.q_high + (m0 + t) * x.k + 32 * b + 4 * r)));
+          isum[t][0] = _mm512_add_epi32(isum[t][0], _mm512_slli_epi32(high, 8));
+        }
+      }
       for (int h = 0; h < kSub; ++h) {
         const __m512 scale = factors16<HALF>(a.w.scales, ((g0 + g) * kSub * nb + kSub * b + h) * kTileRows);
         for (int t = 0; t < T; ++t) acc[g][t] = scaled_add(acc[g][t], isum[t][h], scale, x.d[(m0 + t) * nb + b]);
@@ -159,31 +171,31 @@ void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, 
     for (int t = 0; t < T; ++t) finish(g0 + g, m0 + t, acc[g][t]);
 }
 
-template <QuantKind KIND, bool HALF, int G>
+template <QuantKind KIND, bool HALF, bool WIDE, int G>
 void vnni_tokens(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, int64_t m1,
                  const Store& finish) {
   int64_t m = m0;
-  for (; m + 4 <= m1; m += 4) vnni_tile<KIND, HALF, G, 4>(a, x, g0, m, finish);
+  for (; m + 4 <= m1; m += 4) vnni_tile<KIND, HALF, WIDE, G, 4>(a, x, g0, m, finish);
   switch (m1 - m) {
-    case 3: return vnni_tile<KIND, HALF, G, 3>(a, x, g0, m, finish);
-    case 2: return vnni_tile<KIND, HALF, G, 2>(a, x, g0, m, finish);
-    case 1: return vnni_tile<KIND, HALF, G, 1>(a, x, g0, m, finish);
+    case 3: return vnni_tile<KIND, HALF, WIDE, G, 3>(a, x, g0, m, finish);
+    case 2: return vnni_tile<KIND, HALF, WIDE, G, 2>(a, x, g0, m, finish);
+    case 1: return vnni_tile<KIND, HALF, WIDE, G, 1>(a, x, g0, m, finish);
     default: return;
   }
 }
 
 // Groups [g0, g1) against tokens [m0, m1): a lone token takes 4 groups at once (more rows share each
 // activation load), more tokens 2 groups (the weight rows are reused across the tile's tokens).
-template <QuantKind KIND, bool HALF>
+template <QuantKind KIND, bool HALF, bool WIDE>
 void vnni_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1, int64_t m0, int64_t m1,
                  const Store& finish) {
   int64_t g = g0;
   if (m1 - m0 == 1) {
-    for (; g + 4 <= g1; g += 4) vnni_tokens<KIND, HALF, 4>(a, x, g, m0, m1, finish);
+    for (; g + 4 <= g1; g += 4) vnni_tokens<KIND, HALF, WIDE, 4>(a, x, g, m0, m1, finish);
   } else {
-    for (; g + 2 <= g1; g += 2) vnni_tokens<KIND, HALF, 2>(a, x, g, m0, m1, finish);
+    for (; g + 2 <= g1; g += 2) vnni_tokens<KIND, HALF, WIDE, 2>(a, x, g, m0, m1, finish);
   }
-  for (; g < g1; ++g) vnni_tokens<KIND, HALF, 1>(a, x, g, m0, m1, finish);
+  for (; g < g1; ++g) vnni_tokens<KIND, HALF, WIDE, 1>(a, x, g, m0, m1, finish);
 }
 
 #if defined(LLMCHAT_HAS_AMX_INT8)
@@ -210,12 +222,13 @@ inline amx::TileConfig int8_tiles(int sub_bytes) {
   return cfg;
 }
 
-// One sub-block's products of NA <= TM token tiles and NB <= TN groups, each C stored to c[i TN + j] (16 x 16).
+// One sub-block's products of NA <= TM A tiles and NB <= TN groups, each C stored to c[i TN + j] (16 x 16).
+// A tile i is 16 rows of stride k from q[i]: token tiles, or a token tile's low and high activation bytes.
 template <int TM, int TN, int NA, int NB, int I = 0>
-inline void tile_products(const int8_t* q, int64_t k, const uint8_t* const* w, int32_t (*c)[kTileTokens * kTileRows]) {
+inline void tile_products(const int8_t* const* q, int64_t k, const uint8_t* const* w, int32_t (*c)[kTileTokens * kTileRows]) {
   if constexpr (I == 0) {
-    if constexpr (NA > 0) amx::load<0>(q, k);
-    if constexpr (NA > 1) amx::load<1>(q + kTileTokens * k, k);
+    if constexpr (NA > 0) amx::load<0>(q[0], k);
+    if constexpr (NA > 1) amx::load<1>(q[1], k);
     if constexpr (NB > 0) amx::load<TM>(w[0], 64);
     if constexpr (NB > 1) amx::load<TM + 1>(w[1], 64);
     if constexpr (NB > 2) amx::load<TM + 2>(w[2], 64);
@@ -229,15 +242,17 @@ inline void tile_products(const int8_t* q, int64_t k, const uint8_t* const* w, i
   }
 }
 
-// acc rows [16][stride] += the float step of one sub-block for 16 tokens and 16 rows, from int32 sums c.
-// With OFF, offsets off[t * off_stride] come off the sums; with MINS, acc += mins * dsum[t * d_stride].
-template <bool OFF, bool MINS>
-__attribute__((always_inline)) inline void fold(float* acc, int64_t stride, const int32_t* c, __m512 scale,
-                                                const float* d, int64_t d_stride, const int32_t* off,
+// acc rows [16][stride] += the float step of one sub-block for 16 tokens and 16 rows, from int32 sums c (WIDE:
+// plus 256 x the high bytes' sums c_high). With OFF, offsets off[t * off_stride] come off the sums; with MINS,
+// acc += mins * dsum[t * d_stride].
+template <bool OFF, bool MINS, bool WIDE>
+__attribute__((always_inline)) inline void fold(float* acc, int64_t stride, const int32_t* c, const int32_t* c_high,
+                                                __m512 scale, const float* d, int64_t d_stride, const int32_t* off,
                                                 int64_t off_stride, __m512 mins, const float* dsum) {
 #pragma GCC unroll 4
   for (int t = 0; t < kTileTokens; ++t) {
     __m512i isum = _mm512_load_si512(c + t * kTileRows);
+    if constexpr (WIDE) isum = _mm512_add_epi32(isum, _mm512_slli_epi32(_mm512_load_si512(c_high + t * kTileRows), 8));
     if constexpr (OFF) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(off[t * off_stride]));
     __m512 v = scaled_add(_mm512_load_ps(acc + t * stride), isum, scale, d[t * d_stride]);
     if constexpr (MINS) v = _mm512_fmadd_ps(mins, _mm512_set1_ps(dsum[t * d_stride]), v);
@@ -245,21 +260,24 @@ __attribute__((always_inline)) inline void fold(float* acc, int64_t stride, cons
   }
 }
 
-// NA token tiles from token m x NB groups from g on TDPBSUD. w[j]: group g + j's B rows (the 4/5-bit kinds'
-// unpacked, 512 bytes a block), or with UNPACK (a 4/5-bit kind) none: each block is unpacked two sub-blocks
-// ahead into a ring that stays in L1. OFF: the sums have offsets to take off; MINS: stored mins.
-template <QuantKind KIND, bool HALF, bool OFF, bool MINS, bool UNPACK, int TM, int TN, int NA, int NB>
+// NA token tiles from token m x NB groups from g on TDPBSUD (WIDE: one token tile, its low and high activation
+// bytes as the two A tiles). w[j]: group g + j's B rows (the 4/5-bit kinds' unpacked, 512 bytes a block), or
+// with UNPACK (a 4/5-bit kind) none: each block is unpacked two sub-blocks ahead into a ring that stays in L1.
+// OFF: the sums have offsets to take off; MINS: stored mins.
+template <QuantKind KIND, bool HALF, bool OFF, bool MINS, bool UNPACK, bool WIDE, int TM, int TN, int NA, int NB>
 void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t* const* w, int64_t m,
                const Store& finish) {
   constexpr int kSub = halves(KIND) ? 2 : 1, kSubBytes = 32 / kSub, kB = kSubBytes * kTileRows;
+  constexpr int kTok = WIDE ? 1 : NA;  // token tiles
   constexpr int64_t kStride = TN * kTileRows;  // floats per accumulator row
   const int64_t nb = x.nb, subs = kSub * nb, k = x.k;
-  alignas(64) float acc[TM * kTileTokens][TN * kTileRows];
+  alignas(64) float acc[kTok * kTileTokens][TN * kTileRows];
   // Two sets of sums: sub-block s + 1 is multiplied (and stored) before s is folded, so the fold never
   // waits for the tile stores it reads.
   alignas(64) int32_t sums[2][TM * TN][kTileTokens * kTileRows];
   std::memset(acc, 0, sizeof acc);
   const int8_t* q = x.q + m * k;
+  const int8_t* q1 = WIDE ? x.q_high + m * k : NA > 1 ? q + kTileTokens * k : nullptr;  // the second A tile
   const void* scales = static_cast<const char*>(a.w.scales) + g * subs * kTileRows * (HALF ? 2 : 4);
   const void* mins = MINS ? static_cast<const char*>(a.w.mins) + g * nb * kTileRows * (HALF ? 2 : 4) : nullptr;
   alignas(64) uint8_t ring[UNPACK ? 4 : 1][NB][512];
@@ -273,7 +291,8 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
   auto products = [&](int64_t s) {
     const uint8_t* ws[3] = {};
     for (int j = 0; j < NB; ++j) ws[j] = UNPACK ? ring[s & 3][j] : w[j] + s * kB;
-    tile_products<TM, TN, NA, NB>(q + s * kSubBytes, k, ws, sums[s & 1]);
+    const int8_t* qs[2] = {q + s * kSubBytes, q1 ? q1 + s * kSubBytes : nullptr};
+    tile_products<TM, TN, NA, NB>(qs, k, ws, sums[s & 1]);
   };
   if constexpr (UNPACK) {
     unpack(0);
@@ -289,21 +308,23 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
     for (int j = 0; j < NB; ++j) {
       const __m512 scale = factors16<HALF>(scales, (j * subs + s) * kTileRows);
       const __m512 mn = MINS ? factors16<HALF>(mins, (j * nb + s) * kTileRows) : scale;
-      for (int i = 0; i < NA; ++i) {
+      for (int i = 0; i < kTok; ++i) {
         const int64_t mt = m + i * kTileTokens;
-        fold<OFF, MINS>(&acc[i * kTileTokens][j * kTileRows], kStride, c[i * TN + j], scale, x.d + mt * nb + s / kSub,
-                        nb, OFF ? x.offsets + mt * subs + s : nullptr, subs, mn, x.dsum + mt * nb + s);
+        fold<OFF, MINS, WIDE>(&acc[i * kTileTokens][j * kTileRows], kStride, c[i * TN + j], WIDE ? c[TN + j] : nullptr,
+                              scale, x.d + mt * nb + s / kSub, nb, OFF ? x.offsets + mt * subs + s : nullptr, subs, mn,
+                              x.dsum + mt * nb + s);
       }
     }
   }
-  for (int i = 0; i < NA; ++i)
+  for (int i = 0; i < kTok; ++i)
     for (int j = 0; j < NB; ++j)
       for (int t = 0; t < kTileTokens; ++t)
         finish(g + j, m + i * kTileTokens + t, _mm512_load_ps(&acc[i * kTileTokens + t][j * kTileRows]));
 }
 
-// Groups [g0, g1) x tokens [0, tokens) (whole tiles) in TM x TN chunks, the tails in smaller ones.
-template <QuantKind KIND, bool HALF, int TM, int TN>
+// Groups [g0, g1) x tokens [0, tokens) (whole tiles) in TM x TN chunks, the tails in smaller ones. WIDE (16-bit
+// activations, TM = 2): the two A tiles are one token tile's low and high bytes.
+template <QuantKind KIND, bool HALF, bool WIDE, int TM, int TN>
 void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1, int64_t tokens, const Store& finish) {
   const int64_t nb = x.nb;
   amx::configure(int8_tiles<TM, TN>(halves(KIND) ? 16 : 32));  // per task: tile state belongs to the thread
@@ -327,18 +348,21 @@ void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1,
         w[j] = dst;
       }
     }
-    for (int64_t m = 0; m < tokens; m += TM * kTileTokens) {
+    constexpr int kStep = WIDE ? 1 : TM;  // token tiles a chunk
+    for (int64_t m = 0; m < tokens; m += kStep * kTileTokens) {
       const int nta = int(std::min<int64_t>(TM, (tokens - m) / kTileTokens));
       auto chunk = [&](auto na, auto nbt) {
         constexpr int NA = decltype(na)::value, NB = decltype(nbt)::value;
-        if (a.w.mins != nullptr) amx_chunk<KIND, HALF, false, true, kAsItGoes, TM, TN, NA, NB>(a, x, g, w, m, finish);
-        else if (x.offsets != nullptr) amx_chunk<KIND, HALF, true, false, kAsItGoes, TM, TN, NA, NB>(a, x, g, w, m, finish);
-        else amx_chunk<KIND, HALF, false, false, kAsItGoes, TM, TN, NA, NB>(a, x, g, w, m, finish);
+        if (a.w.mins != nullptr) amx_chunk<KIND, HALF, false, true, kAsItGoes, WIDE, TM, TN, NA, NB>(a, x, g, w, m, finish);
+        else if (x.offsets != nullptr) amx_chunk<KIND, HALF, true, false, kAsItGoes, WIDE, TM, TN, NA, NB>(a, x, g, w, m, finish);
+        else amx_chunk<KIND, HALF, false, false, kAsItGoes, WIDE, TM, TN, NA, NB>(a, x, g, w, m, finish);
       };
       using I1 = std::integral_constant<int, 1>;
       using I2 = std::integral_constant<int, 2>;
       using I3 = std::integral_constant<int, 3>;
-      if constexpr (TM == 2) {
+      if constexpr (WIDE) {
+        nbg == 2 ? chunk(I2{}, I2{}) : chunk(I2{}, I1{});
+      } else if constexpr (TM == 2) {
         if (nta == 2) nbg == 2 ? chunk(I2{}, I2{}) : chunk(I2{}, I1{});
         else nbg == 2 ? chunk(I1{}, I2{}) : chunk(I1{}, I1{});
       } else {
@@ -363,15 +387,53 @@ void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const int64_t work = std::max<int64_t>(1, a.w.k * kTileRows * a.m);
   const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, (1 << 20) / work));
   rt.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+    if constexpr (KIND == QuantKind::Q8) {
+      if (x.q_high != nullptr) {
 #if defined(LLMCHAT_HAS_AMX_INT8)
-    if (tile_tokens >= 2 * kTileTokens) amx_groups<KIND, HALF, 2, 2>(a, x, g0, g1, tile_tokens, finish);
-    else if (tile_tokens > 0) amx_groups<KIND, HALF, 1, 3>(a, x, g0, g1, tile_tokens, finish);
+        if (tile_tokens > 0) amx_groups<KIND, HALF, true, 2, 2>(a, x, g0, g1, tile_tokens, finish);
 #endif
-    if (tile_tokens < a.m) vnni_groups<KIND, HALF>(a, x, g0, g1, tile_tokens, a.m, finish);
+        if (tile_tokens < a.m) vnni_groups<KIND, HALF, true>(a, x, g0, g1, tile_tokens, a.m, finish);
+        return;
+      }
+    }
+#if defined(LLMCHAT_HAS_AMX_INT8)
+    if (tile_tokens >= 2 * kTileTokens) amx_groups<KIND, HALF, false, 2, 2>(a, x, g0, g1, tile_tokens, finish);
+    else if (tile_tokens > 0) amx_groups<KIND, HALF, false, 1, 3>(a, x, g0, g1, tile_tokens, finish);
+#endif
+    if (tile_tokens < a.m) vnni_groups<KIND, HALF, false>(a, x, g0, g1, tile_tokens, a.m, finish);
   });
 }
 
+// 16-bit activations of one block (quant_tiles.h): the same steps as the 8-bit quantize_block of
+// quant_linear.cpp (an exact max, one division, x * inv rounded half to even by the conversion, a clamp).
+inline void quantize_block_wide(DType dt, const char* xb, int8_t* lo, int8_t* hi, float* d, int32_t* offset) {
+  const __m512 v0 = load16(dt, xb), v1 = load16(dt, xb + 16 * dtype_size(dt));
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float scale = amax / 32639.f, inv = scale != 0.f ? 1.f / scale : 0.f;
+  __m512i sum = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    const __m512i q = _mm512_min_epi32(_mm512_set1_epi32(32639), _mm512_max_epi32(_mm512_set1_epi32(-32639),
+                                       _mm512_cvtps_epi32(_mm512_mul_ps(h ? v1 : v0, _mm512_set1_ps(inv)))));
+    const __m512i high = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(128)), 8);  // lo in [-128, 127]
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + 16 * h), _mm512_cvtepi32_epi8(high));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + 16 * h), _mm512_cvtepi32_epi8(_mm512_sub_epi32(q, _mm512_slli_epi32(high, 8))));
+    sum = _mm512_add_epi32(sum, q);
+  }
+  *d = scale, *offset = 128 * _mm512_reduce_add_epi32(sum);
+}
+
 }  // namespace
+
+void quantize_activations_wide(DType dt, const void* x, int64_t x_stride, int64_t m, int64_t k, int8_t* lo,
+                               int8_t* hi, float* d, int32_t* offsets, const Runtime& rt) {
+  const int64_t nb = k / 32, size = dtype_size(dt);
+  rt.parallel_for(m, grain_for(k), [&](int64_t m0, int64_t m1) {
+    for (int64_t t = m0; t < m1; ++t)
+      for (int64_t b = 0; b < nb; ++b)
+        quantize_block_wide(dt, static_cast<const char*>(x) + (t * x_stride + 32 * b) * size, lo + t * k + 32 * b,
+                            hi + t * k + 32 * b, d + t * nb + b, offsets + t * nb + b);
+  });
+}
 
 bool quant_tiles_compiled() { return true; }
 
@@ -393,7 +455,16 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d, dsum;
   thread_local std::vector<int32_t> offsets;
-  q.resize(size_t(a.m * a.w.k)), d.resize(size_t(a.m * nb)), dsum.resize(size_t(a.m * nb));
+  q.resize(size_t(a.m * a.w.k)), d.resize(size_t(a.m * nb));
+  if (a.w.wide_activations) {  // Q8 only (checked by the binding): no mins, offsets from the quantization
+    thread_local std::vector<int8_t> q_high;
+    q_high.resize(q.size()), offsets.resize(size_t(a.m * nb));
+    quantize_activations_wide(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), q_high.data(), d.data(), offsets.data(), rt);
+    // dsum is read only with stored mins, which Q8 has not
+    const Acts x{q.data(), d.data(), d.data(), offsets.data(), a.w.k, nb, q_high.data()};
+    return a.w.half_factors ? run<QuantKind::Q8, true>(a, x, rt) : run<QuantKind::Q8, false>(a, x, rt);
+  }
+  dsum.resize(size_t(a.m * nb));
   quantize_activations(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), d.data(), dsum.data(), rt);
   // 128 for the 8-bit kinds (stored as w + 128), -min_offset for the 4/5-bit kinds whose min is one (Q4_0: 8)
   const bool eight_bit = a.w.kind == QuantKind::Q8 || a.w.kind == QuantKind::Q8Halves;
@@ -428,6 +499,8 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
 bool quant_tiles_compiled() { return false; }
 const char* quant_tiles_isa() { return ""; }
 void quant_tiles_linear(const QuantLinearArgs&, const Runtime&) {}
+void quantize_activations_wide(DType, const void*, int64_t, int64_t, int64_t, int8_t*, int8_t*, float*, int32_t*,
+                               const Runtime&) {}
 
 #endif
 

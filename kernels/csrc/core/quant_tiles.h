@@ -15,6 +15,11 @@
 //   acc      = fma(float(isum(b)), scale[n, b] * d[m, b], acc), then with stored mins (Q4_1, Q4_K, ...)
 //              acc = fma(min[n, b], dsum[m, b], acc), for b = 0, 1, ... (halves in order)
 //   out      = acc (+ bias)
+// Q8 weights with wide_activations (what the engine tiles Q8_0 with) take 16-bit activations: per block
+// d = max|x| / 32639 and q = round-half-even(x / d), split as q = 256 hi + lo (lo in [-128, 127]); then
+//   isum(b)  = 256 sum_j u * hi + sum_j u * lo - 128 * sum_j q, still exact in int32 (|isum| < 2^28),
+// two block dots where 8-bit activations take one, and the same float step. Quantizing the activations is
+// the largest error of an 8-bit weight's dot; at 16 bits it is 256x smaller.
 // The VNNI path keeps 16 rows in the lanes of one register and the AMX path 16 rows in a tile row; both do the
 // float operations above lane by lane, so a row's bits do not depend on M, the path or the thread split.
 #pragma once
@@ -31,6 +36,10 @@ bool quant_tiles_compiled();     // this build has the tiled path (AVX512-VNNI +
 const char* quant_tiles_isa();   // "avx512+vnni", "avx512+vnni+amx" where tiles are granted, "" when not compiled
 // a.w.tiled: out = x @ W^T (+ bias), as quant_linear.
 void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt);
+// The 16-bit activation quantization above, for tests: lo, hi [M, K] int8, d [M, K/32], offsets [M, K/32]
+// = 128 * sum(q) (compiled with the tile layout only).
+void quantize_activations_wide(DType dt, const void* x, int64_t x_stride, int64_t m, int64_t k, int8_t* lo,
+                               int8_t* hi, float* d, int32_t* offsets, const Runtime& rt);
 // Rows ids[i] of a tiled W dequantized (the same values as quant_rows on the row layout).
 void quant_tiles_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, DType dt, void* out,
                       int64_t out_stride, const Runtime& rt);

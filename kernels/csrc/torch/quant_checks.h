@@ -13,14 +13,18 @@ namespace llmchat::binding {
 inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& values, const at::Tensor& high,
                                          const at::Tensor& scales, const at::Tensor& mins, int64_t kind,
                                          int64_t min_offset) {
-  LLMCHAT_CHECK(kind >= 0 && kind <= 7, op,
-                "kind must be 0 (q8), 1 (q8 halves), 2 (q4) or 3 (q5), plus 4 for the tile layout, got ", kind);
+  LLMCHAT_CHECK((kind >= 0 && kind <= 7) || kind == 12, op,
+                "kind must be 0 (q8), 1 (q8 halves), 2 (q4) or 3 (q5), plus 4 for the tile layout "
+                "(12: q8 tiled with 16-bit activations), got ", kind);
   QuantWeightView w;
   w.kind = QuantKind(kind & 3);
-  w.tiled = kind >= 4;
+  w.tiled = (kind & 4) != 0;
+  w.wide_activations = kind == 12;
   // ARM builds tile q8 and q4 in their own layout (core/quant_tiles_neon.h)
   LLMCHAT_CHECK(!w.tiled || quant_tiles_compiled() || (neon_tiles_compiled() && neon_tiles_take(w.kind)), op,
                 "this build has no tile layout for this kind (x86 needs AVX512-VNNI; ARM tiles q8 and q4)");
+  LLMCHAT_CHECK(!w.wide_activations || quant_tiles_compiled(), op,
+                "16-bit activations run on the x86 tile layout only (AVX512-VNNI)");
   const bool nibbles = w.kind == QuantKind::Q4 || w.kind == QuantKind::Q5;
   for (auto [t, name] : {std::pair{&values, "values"}, {&scales, "scales"}}) {
     check_cpu(op, *t, name);
