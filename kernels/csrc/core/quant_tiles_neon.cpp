@@ -34,7 +34,8 @@ constexpr int64_t block_bytes(QuantKind k) { return k == QuantKind::Q4 ? 256 : 5
 
 // The activations of one call: plain (q [M, K], d, dsum [M, nb], offsets [M, nb] = offset * sum(q) or null)
 // for the scalar loop, and in token pairs (quant_tiles_neon.h) for the vector paths: qp [P][nb][4][2][8],
-// d4 / dsum4 / off4 [P][nb][4] as the lanes of an SMMLA tile want them: tokens (0, 1, 0, 1).
+// d4 / dsum4 / off4 [P][nb][4] as the lanes of an SMMLA tile want them: tokens (0, 1, 0, 1); off4 negated,
+// the value an SMMLA chain starts from (no zeroing, no subtraction).
 struct Acts {
   const int8_t* q;
   const float *d, *dsum;
@@ -135,7 +136,7 @@ void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, fl
         int32x4_t x0 = vdupq_n_s32(0), x1 = vdupq_n_s32(0);
         for (int c = 0; c < 4; ++c) x0 = pair_dot(x0, w0[c], act[t][c]), x1 = pair_dot(x1, w1[c], act[t][c]);
         int32x4_t isum = vpaddq_s32(x0, x1);  // rows 4 quad .. 4 quad + 3
-        if constexpr (OFF) isum = vsubq_s32(isum, off[t]);
+        if constexpr (OFF) isum = vaddq_s32(isum, off[t]);  // off4 holds -offset * sum(q)
         acc[quad][t] = vfmaq_f32(acc[quad][t], vcvtq_f32_s32(isum), vmulq_f32(s, d[t]));
         if constexpr (MINS) acc[quad][t] = vfmaq_f32(acc[quad][t], mn, ds[t]);
       }
@@ -182,8 +183,8 @@ void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_
       pair_operands<KIND>(blk, p0 + i, op);
       for (int j = 0; j < TP; ++j) {
         int32x4_t isum = vdupq_n_s32(0);
+        if constexpr (OFF) isum = off[j];  // -offset * sum(q): the chain starts there
         for (int c = 0; c < 4; ++c) isum = vmmlaq_s32(isum, op[c], act[j][c]);
-        if constexpr (OFF) isum = vsubq_s32(isum, off[j]);
         acc[i][j] = vfmaq_f32(acc[i][j], vcvtq_f32_s32(isum), vmulq_f32(s[i], d[j]));
         if constexpr (MINS) acc[i][j] = vfmaq_f32(acc[i][j], mn[i], ds[j]);
       }
@@ -285,7 +286,7 @@ void run_group(const QuantLinearArgs& a, const Acts& x, int64_t g) {
             for (int j = 0; j < 8; ++j) q[at * 16 + 16 * c + 8 * u + j] = real ? src.q[m * src.k + 32 * b + 8 * c + j] : 0;
           const float dv = real ? src.d[m * nb + b] : 0.f, sv = real ? src.dsum[m * nb + b] : 0.f;
           d[at + u] = d[at + 2 + u] = dv, ds[at + u] = ds[at + 2 + u] = sv;
-          if (offset != 0) off[at + u] = off[at + 2 + u] = real ? src.offsets[m * nb + b] : 0;
+          if (offset != 0) off[at + u] = off[at + 2 + u] = real ? -src.offsets[m * nb + b] : 0;
         }
       }
   });
