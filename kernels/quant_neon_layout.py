@@ -2,7 +2,7 @@
 makes on an aarch64 machine, where x86's order (csrc/core/quant_tiles.h) would serve no kernel. Groups of 16
 rows, each block's row pairs interleaved in 8-byte chunks: the order SMMLA reads its weight operand in, so the
 kernels interleave nothing per call. A byte permutation of the values; factors go group-major as on x86.
-Kinds q8 and q4 only: the others stay in the row layout (`takes`)."""
+Kinds q8, q8h and q4: q5 stays in the row layout (`takes`)."""
 from __future__ import annotations
 
 import platform
@@ -10,12 +10,12 @@ import platform
 import torch
 
 ACTIVE = platform.machine().lower() in ("aarch64", "arm64")  # the layout `tiled` means on this machine
-KINDS = ("q8", "q4")
+KINDS = ("q8", "q8h", "q4")
 ROWS = 16
 
 
 def takes(kind: str) -> bool:
-    """Whether a weight of this kind can be tiled here (every kind on x86, q8 and q4 on ARM)."""
+    """Whether a weight of this kind can be tiled here (every kind on x86, all but q5 on ARM)."""
     return not ACTIVE or kind in KINDS
 
 

@@ -1,6 +1,6 @@
 // Standalone test of the ARM tile layout (core/quant_tiles_neon.h), built natively (its scalar loop) and
 // cross-compiled for aarch64 plain NEON, dotprod and i8mm by test_quant_neon_tiles_builds.py.
-// For Q8 and Q4 (stored mins, Q4_0's implied min, none), fp32 and fp16 factors, dtypes f32 / bf16 / f16, it
+// For Q8, Q8Halves and Q4 (stored mins, Q4_0's implied min, none), fp32 and fp16 factors, dtypes f32 / bf16 / f16, it
 //   - tiles a random row-layout weight with neon_tile_values / neon_tile_factors and checks the bytes against
 //     the header's formula;
 //   - checks quant_tiles_neon_linear bit for bit against the header's float steps written out here on the row
@@ -51,7 +51,7 @@ struct Weight {
     const int64_t bytes = kind == QuantKind::Q4 ? n * k / 2 : n * k;
     values.resize(size_t(bytes));
     for (auto& v : values) v = uint8_t(next_u64() >> 56);  // every nibble, every int8
-    scales.resize(size_t(n * nb));
+    scales.resize(size_t(n * nb * sub()));
     for (auto& s : scales) s = 0.002f + 0.01f * std::fabs(uniform());
     if (with_mins) {
       mins.resize(size_t(n * nb));
@@ -67,13 +67,14 @@ struct Weight {
     const int eb = half ? 2 : 4;
     auto tile = [&](const void* src, size_t count, std::vector<uint8_t>& dst) {
       dst.resize(count * eb);
-      if (count) neon_tile_factors(n, nb, eb, src, dst.data());
+      if (count) neon_tile_factors(n, int64_t(count) / n, eb, src, dst.data());
     };
     tile(half ? static_cast<const void*>(scales_h.data()) : scales.data(), scales.size(), tiled_scales);
     tile(half ? static_cast<const void*>(mins_h.data()) : mins.data(), mins.size(), tiled_mins);
   }
+  int sub() const { return kind == QuantKind::Q8Halves ? 2 : 1; }
   int q(int64_t r, int64_t e) const {  // stored: s8, or the nibble 0..15
-    if (kind == QuantKind::Q8) return int8_t(values[size_t(r * k + e)]);
+    if (kind != QuantKind::Q4) return int8_t(values[size_t(r * k + e)]);
     const uint8_t byte = values[size_t((r * nb + e / 32) * 16 + e % 16)];
     return e % 32 < 16 ? byte & 15 : byte >> 4;
   }
@@ -133,16 +134,19 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool half, in
       float acc = 0.f;
       double s = 0.0, mag = 0.0;
       for (int64_t b = 0; b < nb; ++b) {
-        int32_t isum = 0, qs = 0;
-        int64_t iabs = 0;
-        for (int e = 0; e < 32; ++e) {
-          const int32_t p = w.q(r, 32 * b + e) * q[t * k + 32 * b + e];
-          isum += p, qs += q[t * k + 32 * b + e], iabs += std::abs(p);
+        for (int hf = 0; hf < w.sub(); ++hf) {  // Q8Halves: a sum and a scale per 16 elements
+          const int size = 32 / w.sub();
+          int32_t isum = 0, qs = 0;
+          int64_t iabs = 0;
+          for (int e = size * hf; e < size * (hf + 1); ++e) {
+            const int32_t p = w.q(r, 32 * b + e) * q[t * k + 32 * b + e];
+            isum += p, qs += q[t * k + 32 * b + e], iabs += std::abs(p);
+          }
+          isum -= offset * qs;
+          const float sc = w.scales[size_t((r * nb + b) * w.sub() + hf)], dd = d[t * nb + b];
+          acc = std::fma(float(isum), sc * dd, acc);
+          s += double(isum) * sc * dd, mag += double(iabs + std::abs(offset * qs)) * sc * dd;
         }
-        isum -= offset * qs;
-        const float sc = w.scales[size_t(r * nb + b)], dd = d[t * nb + b];
-        acc = std::fma(float(isum), sc * dd, acc);
-        s += double(isum) * sc * dd, mag += double(iabs + std::abs(offset * qs)) * sc * dd;
         if (w.with_mins) {
           acc = std::fma(w.mins[size_t(r * nb + b)], dsum[t * nb + b], acc);
           s += double(w.mins[size_t(r * nb + b)]) * dsum[t * nb + b], mag += std::fabs(double(w.mins[size_t(r * nb + b)]) * dsum[t * nb + b]);
@@ -192,7 +196,7 @@ void check_rows(QuantKind kind, int64_t n, int64_t k, bool half, int mins_mode) 
   for (size_t i = 0; i < ids.size(); ++i)
     for (int64_t e = 0; e < k; ++e) {
       const int64_t r = ids[i], b = e / 32;
-      const float s = w.scales[size_t(r * w.nb + b)];
+      const float s = w.scales[size_t((r * w.nb + b) * w.sub() + (w.sub() == 2 ? e % 32 / 16 : 0))];
       float v = s * float(w.q(r, e));
       if (w.with_mins) v = v + w.mins[size_t(r * w.nb + b)];
       else if (w.min_offset) v = v + float(w.min_offset) * s;
@@ -209,7 +213,7 @@ int main() {
   const int64_t ns[] = {16, 48, 32, 80};
   const int64_t ks[] = {32, 96, 576};
   int i = 0;
-  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q4})
+  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4})
     for (int64_t k : ks)
       for (int64_t m : ms) {
         const int64_t n = ns[size_t(i) % 4];
@@ -220,7 +224,7 @@ int main() {
         check_linear<fp16_t>(kind, m, n, k, half, (mins + 2) % 3, bias, (threads + 1) % 3 + 1);
         ++i;
       }
-  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q4})
+  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4})
     for (int mins : {0, 1, 2}) check_rows(kind, 32, 96, mins == 1, mins);
   std::printf("digest=%016llx\n", (unsigned long long)digest);
   std::printf("isa=%s\n", quant_tiles_neon_isa());

@@ -1,9 +1,9 @@
 """The ARM tile layout of quantized weights (kernels/csrc/core/quant_tiles_neon.h, kernels/quant_neon_layout.py):
 on aarch64 `tiled_copy()` interleaves row pairs in 8-byte chunks, SMMLA's operand order. Anywhere: the
 reordering is exact and puts each byte where the header says. On an ARM machine (the emulated CI job): the op
-matches the torch reference for q8 and q4 with every factor storage and dtype, rows keep their bits whatever M
-or the thread count (decode on SDOT, prefill on SMMLA), row lookups and group slices work, and q8h / q5
-weights stay in the row layout."""
+matches the torch reference for q8, q8h and q4 with every factor storage and dtype, rows keep their bits whatever M
+or the thread count (decode on SDOT, prefill on SMMLA), row lookups and group slices work, and q5 weights
+stay in the row layout."""
 from __future__ import annotations
 
 import pytest
@@ -25,7 +25,7 @@ def arm_layout(monkeypatch):
     monkeypatch.setattr(neon_layout, "ACTIVE", True)
 
 
-@pytest.mark.parametrize("kind", ["q8", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
 def test_bytes_lie_where_the_header_says(kind):
     w = random_weight(kind, 32, 96, seed=4)
     tiled = neon_layout.tile_values(w.values, kind)
@@ -38,7 +38,7 @@ def test_bytes_lie_where_the_header_says(kind):
     assert torch.equal(neon_layout.untile_values(tiled, kind), w.values)
 
 
-@pytest.mark.parametrize("kind", ["q8", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
 @pytest.mark.parametrize("factors", FACTORS)
 @pytest.mark.parametrize("mins", [True, False])
 def test_tiling_is_an_exact_reordering(arm_layout, kind, factors, mins):
@@ -55,7 +55,7 @@ def test_tiling_is_an_exact_reordering(arm_layout, kind, factors, mins):
     assert torch.equal(tiled.rows(slice(3, 21)).dequantize(), w.dequantize()[3:21])
 
 
-@pytest.mark.parametrize("kind", ["q8h", "q5"])
+@pytest.mark.parametrize("kind", ["q5"])
 def test_other_kinds_stay_in_rows(arm_layout, kind):
     w = random_weight(kind, 32, 64)
     assert not w.tileable()
@@ -64,7 +64,7 @@ def test_other_kinds_stay_in_rows(arm_layout, kind):
 
 
 @on_arm
-@pytest.mark.parametrize("kind", ["q8", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m,n,k", [(1, 16, 32), (3, 48, 96), (16, 32, 576), (21, 80, 160), (70, 48, 64)])
 @pytest.mark.parametrize("factors", FACTORS)
@@ -76,7 +76,7 @@ def test_matches_reference(kind, dtype, m, n, k, factors):
 
 
 @on_arm
-@pytest.mark.parametrize("kind", ["q8", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
 @pytest.mark.parametrize("factors", FACTORS)
 def test_a_row_does_not_depend_on_the_batch_the_path_or_threads(kind, factors):
     """M = 1 runs SDOT block sums, M >= 2 SMMLA tiles (with i8mm), a lone last token its pair's first lane."""
@@ -94,7 +94,7 @@ def test_a_row_does_not_depend_on_the_batch_the_path_or_threads(kind, factors):
 
 
 @on_arm
-@pytest.mark.parametrize("kind", ["q8", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
 def test_row_lookups_and_slices(kind):
     w = random_weight(kind, 64, 128, seed=2)
     tiled = w.tiled_copy()

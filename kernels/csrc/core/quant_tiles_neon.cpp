@@ -53,7 +53,7 @@ float factor(bool half, const void* p, int64_t i) {
 // Element e (0..31) of row n (0..15) of a block, as stored (s8, or the nibble 0..15).
 int element(QuantKind kind, const uint8_t* blk, int n, int e) {
   const int p = n / 2, h = n % 2;
-  if (kind == QuantKind::Q8) return int8_t(blk[64 * p + 16 * (e / 8) + 8 * h + e % 8]);
+  if (kind != QuantKind::Q4) return int8_t(blk[64 * p + 16 * (e / 8) + 8 * h + e % 8]);
   const int byte = e % 16, v = blk[32 * p + 16 * (byte / 8) + 8 * h + byte % 8];
   return e < 16 ? v & 15 : v >> 4;
 }
@@ -66,12 +66,15 @@ int element(QuantKind kind, const uint8_t* blk, int n, int e) {
       float v = 0.f;
       for (int64_t b = 0; b < x.nb; ++b) {
         const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * x.nb + b) * block_bytes(w.kind);
-        int32_t isum = 0;
-        for (int e = 0; e < 32; ++e) isum += element(w.kind, blk, n, e) * int32_t(x.q[m * x.k + 32 * b + e]);
-        if (x.offsets) isum -= x.offsets[m * x.nb + b];
-        const int64_t at = (g * x.nb + b) * kNeonTileRows + n;
-        v = std::fma(float(isum), factor(w.half_factors, w.scales, at) * x.d[m * x.nb + b], v);
-        if (w.mins) v = std::fma(factor(w.half_factors, w.mins, at), x.dsum[m * x.nb + b], v);
+        const int sub = w.kind == QuantKind::Q8Halves ? 2 : 1, size = 32 / sub;
+        for (int h = 0; h < sub; ++h) {  // Q8Halves: one sum and scale per 16 elements, in order
+          int32_t isum = 0;
+          for (int e = size * h; e < size * (h + 1); ++e) isum += element(w.kind, blk, n, e) * int32_t(x.q[m * x.k + 32 * b + e]);
+          if (x.offsets) isum -= x.offsets[m * x.nb + b];
+          const int64_t at = (g * sub * x.nb + sub * b + h) * kNeonTileRows + n;
+          v = std::fma(float(isum), factor(w.half_factors, w.scales, at) * x.d[m * x.nb + b], v);
+        }
+        if (w.mins) v = std::fma(factor(w.half_factors, w.mins, (g * x.nb + b) * kNeonTileRows + n), x.dsum[m * x.nb + b], v);
       }
       acc[(m - m0) * kNeonTileRows + n] = v;
     }
@@ -87,7 +90,7 @@ inline float32x4_t factors4(const void* p, int64_t at) {  // 4 rows' factors fro
 // The 4 SMMLA operands (elements 8c..8c+7 of both rows) of row pair p of a block.
 template <QuantKind KIND>
 inline void pair_operands(const uint8_t* blk, int p, int8x16_t op[4]) {
-  if constexpr (KIND == QuantKind::Q8) {
+  if constexpr (KIND != QuantKind::Q4) {
     for (int c = 0; c < 4; ++c) op[c] = vld1q_s8(reinterpret_cast<const int8_t*>(blk) + 64 * p + 16 * c);
   } else {
     const uint8x16_t low = vdupq_n_u8(0x0F), v0 = vld1q_u8(blk + 32 * p), v1 = vld1q_u8(blk + 32 * p + 16);
@@ -109,6 +112,7 @@ inline int32x4_t pair_dot(int32x4_t acc, int8x16_t w, int8x16_t a) {
 // out lanes -> res[t][n] for the 16 rows of a group, T tokens from m0: SDOT (or widening) block sums.
 template <QuantKind KIND, bool HALF, bool MINS, bool OFF, int T>
 void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, float (*res)[kNeonTileRows]) {
+  constexpr int kSub = KIND == QuantKind::Q8Halves ? 2 : 1;
   float32x4_t acc[4][T];
   for (auto& row : acc)
     for (auto& v : row) v = vdupq_n_f32(0.f);
@@ -127,17 +131,19 @@ void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, fl
     }
     for (int quad = 0; quad < 4; ++quad) {
       const int64_t at = (g * x.nb + b) * kNeonTileRows + 4 * quad;
-      const float32x4_t s = factors4<HALF>(w.scales, at);
-      float32x4_t mn;
+      float32x4_t s[kSub], mn;
+      for (int h = 0; h < kSub; ++h) s[h] = factors4<HALF>(w.scales, (g * kSub * x.nb + kSub * b + h) * kNeonTileRows + 4 * quad);
       if constexpr (MINS) mn = factors4<HALF>(w.mins, at);
       int8x16_t w0[4], w1[4];
       pair_operands<KIND>(blk, 2 * quad, w0), pair_operands<KIND>(blk, 2 * quad + 1, w1);
       for (int t = 0; t < T; ++t) {
-        int32x4_t x0 = vdupq_n_s32(0), x1 = vdupq_n_s32(0);
-        for (int c = 0; c < 4; ++c) x0 = pair_dot(x0, w0[c], act[t][c]), x1 = pair_dot(x1, w1[c], act[t][c]);
-        int32x4_t isum = vpaddq_s32(x0, x1);  // rows 4 quad .. 4 quad + 3
-        if constexpr (OFF) isum = vaddq_s32(isum, off[t]);  // off4 holds -offset * sum(q)
-        acc[quad][t] = vfmaq_f32(acc[quad][t], vcvtq_f32_s32(isum), vmulq_f32(s, d[t]));
+        for (int h = 0; h < kSub; ++h) {  // chunks of each sub-block (Q8Halves: 0-1 and 2-3)
+          int32x4_t x0 = vdupq_n_s32(0), x1 = vdupq_n_s32(0);
+          for (int c = h * 4 / kSub; c < (h + 1) * 4 / kSub; ++c) x0 = pair_dot(x0, w0[c], act[t][c]), x1 = pair_dot(x1, w1[c], act[t][c]);
+          int32x4_t isum = vpaddq_s32(x0, x1);  // rows 4 quad .. 4 quad + 3
+          if constexpr (OFF) isum = vaddq_s32(isum, off[t]);  // off4 holds -offset * sum(q)
+          acc[quad][t] = vfmaq_f32(acc[quad][t], vcvtq_f32_s32(isum), vmulq_f32(s[h], d[t]));
+        }
         if constexpr (MINS) acc[quad][t] = vfmaq_f32(acc[quad][t], mn, ds[t]);
       }
     }
@@ -153,6 +159,7 @@ constexpr int kMmaRowPairs = 4, kMmaTokenPairs = 2;
 template <QuantKind KIND, bool HALF, bool MINS, bool OFF, int RP, int TP>
 void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_t t0, float32x4_t (*out)[kMmaTokenPairs]) {
   static_assert(RP % 2 == 0, "row pairs by 4 rows' factors");
+  constexpr int kSub = KIND == QuantKind::Q8Halves ? 2 : 1;
   float32x4_t acc[RP][TP];
   for (auto& row : acc)
     for (auto& v : row) v = vdupq_n_f32(0.f);
@@ -168,11 +175,13 @@ void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_
       if constexpr (MINS) ds[j] = vld1q_f32(x.dsum4 + at);
       if constexpr (OFF) off[j] = vld1q_s32(x.off4 + at);
     }
-    float32x4_t s[RP], mn[RP];  // per row pair: (r0, r0, r1, r1)
+    float32x4_t s[kSub][RP], mn[RP];  // per row pair: (r0, r0, r1, r1)
     for (int i = 0; i < RP; i += 2) {
       const int64_t at = (g * x.nb + b) * kNeonTileRows + 2 * (p0 + i);
-      const float32x4_t v = factors4<HALF>(w.scales, at);
-      s[i] = vzip1q_f32(v, v), s[i + 1] = vzip2q_f32(v, v);
+      for (int h = 0; h < kSub; ++h) {
+        const float32x4_t v = factors4<HALF>(w.scales, (g * kSub * x.nb + kSub * b + h) * kNeonTileRows + 2 * (p0 + i));
+        s[h][i] = vzip1q_f32(v, v), s[h][i + 1] = vzip2q_f32(v, v);
+      }
       if constexpr (MINS) {
         const float32x4_t u = factors4<HALF>(w.mins, at);
         mn[i] = vzip1q_f32(u, u), mn[i + 1] = vzip2q_f32(u, u);
@@ -182,10 +191,12 @@ void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_
       int8x16_t op[4];
       pair_operands<KIND>(blk, p0 + i, op);
       for (int j = 0; j < TP; ++j) {
-        int32x4_t isum = vdupq_n_s32(0);
-        if constexpr (OFF) isum = off[j];  // -offset * sum(q): the chain starts there
-        for (int c = 0; c < 4; ++c) isum = vmmlaq_s32(isum, op[c], act[j][c]);
-        acc[i][j] = vfmaq_f32(acc[i][j], vcvtq_f32_s32(isum), vmulq_f32(s[i], d[j]));
+        for (int h = 0; h < kSub; ++h) {  // chunks of each sub-block (Q8Halves: 0-1 and 2-3)
+          int32x4_t isum = vdupq_n_s32(0);
+          if constexpr (OFF) isum = off[j];  // -offset * sum(q): the chain starts there
+          for (int c = h * 4 / kSub; c < (h + 1) * 4 / kSub; ++c) isum = vmmlaq_s32(isum, op[c], act[j][c]);
+          acc[i][j] = vfmaq_f32(acc[i][j], vcvtq_f32_s32(isum), vmulq_f32(s[h][i], d[j]));
+        }
         if constexpr (MINS) acc[i][j] = vfmaq_f32(acc[i][j], mn[i], ds[j]);
       }
     }
@@ -244,9 +255,18 @@ void run_group(const QuantLinearArgs& a, const Acts& x, int64_t g) {
   for (int64_t m0 = 0; m0 < a.m; m0 += kChunk) {
     const int64_t m1 = std::min(a.m, m0 + kChunk);
 #if defined(LLMCHAT_NEON_TILES)
-    const bool half = a.w.half_factors, q8 = a.w.kind == QuantKind::Q8;
-    if (q8) half ? vector_group_any<QuantKind::Q8, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q8, false>(a.w, x, g, m0, m1, res);
-    else half ? vector_group_any<QuantKind::Q4, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q4, false>(a.w, x, g, m0, m1, res);
+    const bool half = a.w.half_factors;
+    switch (a.w.kind) {
+      case QuantKind::Q8:
+        half ? vector_group_any<QuantKind::Q8, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q8, false>(a.w, x, g, m0, m1, res);
+        break;
+      case QuantKind::Q8Halves:
+        half ? vector_group_any<QuantKind::Q8Halves, true>(a.w, x, g, m0, m1, res)
+             : vector_group_any<QuantKind::Q8Halves, false>(a.w, x, g, m0, m1, res);
+        break;
+      default:
+        half ? vector_group_any<QuantKind::Q4, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q4, false>(a.w, x, g, m0, m1, res);
+    }
 #else
     scalar_group(a, x, g, m0, m1, &res[0][0]);
 #endif
@@ -303,7 +323,7 @@ bool neon_tiles_compiled() {
 #endif
 }
 
-bool neon_tiles_take(QuantKind kind) { return kind == QuantKind::Q8 || kind == QuantKind::Q4; }
+bool neon_tiles_take(QuantKind kind) { return kind != QuantKind::Q5; }
 
 const char* quant_tiles_neon_isa() {
 #if !defined(LLMCHAT_NEON_TILES)
@@ -365,8 +385,10 @@ void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t
         for (int64_t b = 0; b < nb; ++b) {
           const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * nb + b) * block_bytes(w.kind);
           const int64_t at = (g * nb + b) * kNeonTileRows + n;
-          const float s = factor(w.half_factors, w.scales, at);
           for (int e = 0; e < 32; ++e) {
+            const float s = w.kind == QuantKind::Q8Halves
+                                ? factor(w.half_factors, w.scales, (g * 2 * nb + 2 * b + e / 16) * kNeonTileRows + n)
+                                : factor(w.half_factors, w.scales, at);
             float value = s * float(element(w.kind, blk, n, e));  // two roundings, as numpy does it
             if (w.mins != nullptr) value = value + factor(w.half_factors, w.mins, at);
             else if (w.min_offset != 0) value = value + float(w.min_offset) * s;

@@ -1,21 +1,23 @@
 // Quantized weights in the ARM tile layout: the order SMMLA (i8mm) reads as its weight operand, so neither the
 // prefill tiles nor decode interleave rows in registers. It is what `tiled` means on an aarch64 build (x86
 // reads the order of quant_tiles.h instead: a weight is tiled once, at load, for the machine it runs on).
-// Kinds Q8 and Q4 (with or without stored mins, fp32 or fp16 factors); the others stay in the row layout.
+// Kinds Q8, Q8Halves and Q4 (with or without stored mins, fp32 or fp16 factors); Q5 stays in the row layout.
 // A weight with N % 16 == 0 is stored group by group (16 rows = 8 row pairs), each group block by block; the
 // tensors keep the row layout's shapes and dtypes (quant_linear.h), only the order of their bytes changes:
-//   Q8: 512 bytes a block, [p 0..7][c 0..3][h 0..1][j 0..7] = w of row 16g+2p+h, element 8c+j: 16 bytes are
-//       one SMMLA operand (8 elements of two rows)
+//   Q8, Q8Halves: 512 bytes a block, [p 0..7][c 0..3][h 0..1][j 0..7] = w of row 16g+2p+h, element 8c+j:
+//       16 bytes are one SMMLA operand (8 elements of two rows)
 //   Q4: 256 bytes a block, [p][s 0..1][h][j 0..7] = the row layout's nibble byte 8s+j of row 16g+2p+h: low
 //       nibble = element 8s+j, high = element 16+8s+j (one AND and one shift give operands c = s and s + 2)
-//   scales and mins: [g][block][16], fp32 or fp16 as in the row layout (as quant_tiles.h)
+//   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout
+//   (as quant_tiles.h)
 // Activations are quantized per call (quantize_activations) and laid out in token pairs the same way:
 // [pair][block][c][token 0..1][j], a lone last token paired with zeros.
 // Every output (token m, row n) is computed as quant_tiles.h says, lane by lane:
 //   isum(b) = sum_j u[n, 32b+j] * q[m, 32b+j] - offset * sum_j q[m, 32b+j], exact in int32 (u as stored:
 //             s8 for Q8, 0..15 for Q4; offset = -min_offset for Q4 without stored mins, else 0)
 //   acc     = fma(float(isum(b)), scale[n, b] * d[m, b], acc), then with stored mins acc = fma(min[n, b],
-//             dsum[m, b], acc), for b = 0, 1, ...;  out = acc (+ bias)
+//             dsum[m, b], acc), for b = 0, 1, ... (Q8Halves: one sum and scale per half, halves in order);
+//   out     = acc (+ bias)
 // SMMLA (2 rows x 2 tokens, every M from 2 on with i8mm), SDOT (4 rows' block sums in one vector: decode, and
 // every M without i8mm), widening multiplies (no dotprod) and the scalar loop all give the same int32 and then
 // the same float steps, so a row's bits depend neither on M, the path, the thread split nor the build.
@@ -30,14 +32,14 @@ namespace llmchat {
 inline constexpr int kNeonTileRows = 16;  // weight rows per group (as x86's kTileRows: the same slicing rules)
 
 bool neon_tiles_compiled();           // an aarch64 build: `tiled` weights are in this layout
-bool neon_tiles_take(QuantKind kind);  // Q8 and Q4
+bool neon_tiles_take(QuantKind kind);  // Q8, Q8Halves and Q4
 const char* quant_tiles_neon_isa();    // "neon+i8mm", "neon+dotprod", "neon" or "scalar": the block-sum path
 // a.w in this layout: out = x @ W^T (+ bias), as quant_linear.
 void quant_tiles_neon_linear(const QuantLinearArgs& a, const Runtime& rt);
 // Rows ids[i] of such a W dequantized (the same values as quant_rows on the row layout).
 void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, DType dt, void* out,
                            int64_t out_stride, const Runtime& rt);
-// The layout's bytes from the row layout's (kind Q8 or Q4, n % 16 == 0): values, and per-block factors
+// The layout's bytes from the row layout's (kind Q8, Q8Halves or Q4, n % 16 == 0): values, and per-block factors
 // (scales or mins, `per_row` entries a row of `elem_bytes` each). For tests and tools; Python reorders in torch.
 void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, void* tiled);
 void neon_tile_factors(int64_t n, int64_t per_row, int elem_bytes, const void* rows, void* tiled);
