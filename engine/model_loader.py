@@ -147,10 +147,11 @@ def _empty_on_cpu(model: torch.nn.Module) -> None:
 def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: int, ops, kernels,
                 progress: LoadProgress | None = None, quantize: str | None = None,
                 deterministic: bool = True, small_m_max: int = DEFAULT_SMALL_M_MAX, pack_bf16: bool = True,
-                decoder_stack: bool = True, quant_tiles: bool = True) -> CausalLM:
+                decoder_stack: bool = True, quant_tiles: bool = True, q8_wide_activations: bool = True) -> CausalLM:
     """quantize: "q8_0" | "q4_0" | "q4_k" quantizes a 16/32-bit checkpoint's projections while loading.
     deterministic: projections whose rows do not depend on the step's size (EngineConfig.deterministic).
-    small_m_max, pack_bf16, decoder_stack, quant_tiles: EngineConfig's switches for A/B runs (CausalLM.finish_init)."""
+    small_m_max, pack_bf16, decoder_stack, quant_tiles, q8_wide_activations: EngineConfig's switches for A/B
+    runs (CausalLM.finish_init)."""
     args = ModelArgs.from_config(config)
     if args.architecture in ARCHITECTURE_NOTES:
         log.warning("%s: %s", args.architecture, ARCHITECTURE_NOTES[args.architecture])
@@ -176,7 +177,7 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
             total = read_bytes + model.preparation_bytes()
     model.finish_init(max_positions, progress and (lambda done: progress(read_bytes + done, total)),
                       deterministic=deterministic, small_m_max=small_m_max, pack_bf16=pack_bf16,
-                      decoder_stack=decoder_stack, quant_tiles=quant_tiles)
+                      decoder_stack=decoder_stack, quant_tiles=quant_tiles, q8_wide_activations=q8_wide_activations)
     if progress is not None:
         progress(total, total)
     return model.eval()

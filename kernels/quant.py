@@ -84,8 +84,9 @@ class QuantWeight:
     def tileable(self) -> bool:
         return not self.tiled and self.n % TILE_ROWS == 0 and neon_layout.takes(self.kind)
 
-    def tiled_copy(self) -> QuantWeight:
-        """The weight in the 16-row tile layout (see the module doc): a reordering, exact."""
+    def tiled_copy(self, wide_q8: bool = True) -> QuantWeight:
+        """The weight in the 16-row tile layout (see the module doc): a reordering, exact. wide_q8: a q8 weight
+        takes 16-bit activations where the layout has them (x86)."""
         if not self.tileable():
             raise ValueError(f"only a row-layout weight of N % 16 == 0 rows tiles, got N = {self.n}"
                              f"{' (already tiled)' if self.tiled else ''}")
@@ -105,11 +106,11 @@ class QuantWeight:
             words = (bits << torch.arange(64)).sum(-1)                      # int64 wraps like uint64
             high = words.contiguous().view(torch.int32).view(self.high.shape)
         return QuantWeight(self.kind, values, _group_major(self.scales), _group_major(self.mins), high,
-                           self.source, self.min_offset, True, wide_activations=self.kind == "q8" and _wide_q8())
+                           self.source, self.min_offset, True, wide_activations=wide_q8 and self.kind == "q8" and _wide_q8())
 
-    def tile_in_place(self) -> QuantWeight:
+    def tile_in_place(self, wide_q8: bool = True) -> QuantWeight:
         """tiled_copy() written over this weight's own tensors (same shapes and dtypes), which it then owns."""
-        tiled = self.tiled_copy()
+        tiled = self.tiled_copy(wide_q8)
         for dst, src in zip(self.present(), tiled.present()):
             dst.copy_(src)
         return replace(self, tiled=True, wide_activations=tiled.wide_activations)

@@ -196,11 +196,11 @@ class CausalLM(nn.Module):
 
     def finish_init(self, max_positions: int, progress: Callable[[int], None] | None = None,
                     deterministic: bool = True, small_m_max: int = DEFAULT_SMALL_M_MAX, pack_bf16: bool = True,
-                    decoder_stack: bool = True, quant_tiles: bool = True) -> None:
+                    decoder_stack: bool = True, quant_tiles: bool = True, q8_wide_activations: bool = True) -> None:
         """After the weights exist on CPU: tie embeddings, build the shared rotary cache, prepare the
         projections; progress(bytes prepared) as it goes (see preparation_bytes). deterministic: projections
         whose rows do not depend on the step's size (layers/linear.py). small_m_max, pack_bf16, decoder_stack,
-        quant_tiles: EngineConfig's switches for A/B runs."""
+        quant_tiles, q8_wide_activations: EngineConfig's switches for A/B runs."""
         table = self.quantized_embedding
         if self.args.tie_word_embeddings and table is not None:
             self.lm_head.set_quantized(None, table)
@@ -220,7 +220,7 @@ class CausalLM(nn.Module):
             elif isinstance(module, RMSNorm):
                 module.finalize()
         self._panels_in_huge_pages()
-        self._quantized_for_kernels(quant_tiles)
+        self._quantized_for_kernels(quant_tiles, q8_wide_activations)
         if progress is not None:
             progress(2 * prepared)
         for module in self.modules():
@@ -252,10 +252,11 @@ class CausalLM(nn.Module):
                                              layer_type=kind if self.args.gemma else None)
             layer.self_attn.rotary_cache = caches.get(kind)
 
-    def _quantized_for_kernels(self, tiles: bool = True) -> None:
+    def _quantized_for_kernels(self, tiles: bool = True, q8_wide: bool = True) -> None:
         """Quantized weights take the tile layout where the kernels have it (x86 with AVX512-VNNI: one copy,
-        read by the VNNI dots and the AMX tiles), then move into huge pages (as the panels below): each is
-        streamed every decode step. A weight shared by two users (a tied table and head) changes once."""
+        read by the VNNI dots and the AMX tiles; Q8 with 16-bit activations unless q8_wide is False), then move
+        into huge pages (as the panels below): each is streamed every decode step. A weight shared by two users
+        (a tied table and head) changes once."""
         layers = [m for m in self.modules() if isinstance(m, Linear) and m.is_quantized]
         table = self.quantized_embedding
         unique, tileable = {}, {}
@@ -272,7 +273,7 @@ class CausalLM(nn.Module):
         for key, w in unique.items():
             moved[key] = w.with_tensors([next(moved_flat) for _ in w.present()])
             if tiles and tileable[key]:   # on the moved copy: one weight's reordering in flight at a time
-                moved[key] = moved[key].tile_in_place()
+                moved[key] = moved[key].tile_in_place(wide_q8=q8_wide)
         for m in layers:
             m.replace_run_weights([moved[id(w)] for w in m.quantized_run_weights()])
         if table is not None:

@@ -45,11 +45,15 @@ def test_quantized_file_is_close_to_its_reference_but_not_equal(data_dir, capsys
 @pytest.mark.skipif(not __import__("llmchat.kernels", fromlist=["tiles_native"]).tiles_native(),
                     reason="16-bit activations are the x86 tile layout's (AVX512-VNNI); other builds keep 8")
 def test_q8_0_on_tiles_computes_what_its_weights_say(data_dir, capsys, tiny_gguf, monkeypatch):
-    """Q8_0 on the tile layout takes 16-bit activations: the model is its dequantized weights' model, where the
-    row layout's 8-bit activations (LLMCHAT_QUANT_TILES=0) move the distribution measurably."""
+    """Q8_0 on the tile layout takes 16-bit activations: the model is its dequantized weights' model, where
+    8-bit activations (LLMCHAT_Q8_WIDE=0 on the tiles, or the row layout: LLMCHAT_QUANT_TILES=0) move the
+    distribution measurably."""
     gguf = tiny_gguf("granite", "q8_0")
-    tiles = bench_quality(capsys, gguf)
+    wide = bench_quality(capsys, gguf)
+    monkeypatch.setenv("LLMCHAT_Q8_WIDE", "0")
+    narrow = bench_quality(capsys, gguf)
     monkeypatch.setenv("LLMCHAT_QUANT_TILES", "0")
     rows = bench_quality(capsys, gguf)
-    assert tiles["kl_divergence"] < 1e-6 and tiles["top1_agreement"] == 1.0, tiles
-    assert rows["kl_divergence"] > 100 * max(tiles["kl_divergence"], 1e-9), (tiles, rows)
+    assert wide["kl_divergence"] < 1e-6 and wide["top1_agreement"] == 1.0, wide
+    for eight_bit in (narrow, rows):
+        assert eight_bit["kl_divergence"] > 100 * max(wide["kl_divergence"], 1e-9), (wide, eight_bit)
