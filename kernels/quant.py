@@ -91,7 +91,8 @@ class QuantWeight:
             raise ValueError(f"only a row-layout weight of N % 16 == 0 rows tiles, got N = {self.n}"
                              f"{' (already tiled)' if self.tiled else ''}")
         if neon_layout.ACTIVE:  # ARM: SMMLA's operand order (csrc/core/quant_tiles_neon.h)
-            return replace(self, values=neon_layout.tile_values(self.values, self.kind),
+            high = neon_layout.tile_high(self.high) if self.high is not None else None
+            return replace(self, values=neon_layout.tile_values(self.values, self.kind), high=high,
                            scales=_group_major(self.scales), mins=_group_major(self.mins), tiled=True)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
         if self.kind in ("q8", "q8h"):  # [g, n, b, r, j] -> [g, b, r, n, j], as u8 (w + 128)
@@ -120,7 +121,8 @@ class QuantWeight:
         if not self.tiled:
             return self
         if neon_layout.ACTIVE:
-            return replace(self, values=neon_layout.untile_values(self.values, self.kind),
+            high = neon_layout.untile_high(self.high) if self.high is not None else None
+            return replace(self, values=neon_layout.untile_values(self.values, self.kind), high=high,
                            scales=_row_major(self.scales), mins=_row_major(self.mins), tiled=False)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
         if self.kind in ("q8", "q8h"):

@@ -1,6 +1,6 @@
 // Standalone test of the ARM tile layout (core/quant_tiles_neon.h), built natively (its scalar loop) and
 // cross-compiled for aarch64 plain NEON, dotprod and i8mm by test_quant_neon_tiles_builds.py.
-// For Q8, Q8Halves and Q4 (stored mins, Q4_0's implied min, none), fp32 and fp16 factors, dtypes f32 / bf16 / f16, it
+// For every kind (Q4 / Q5 with stored mins, Q4_0 / Q5_0's implied min, none), fp32 and fp16 factors, dtypes f32 / bf16 / f16, it
 //   - tiles a random row-layout weight with neon_tile_values / neon_tile_factors and checks the bytes against
 //     the header's formula;
 //   - checks quant_tiles_neon_linear bit for bit against the header's float steps written out here on the row
@@ -41,14 +41,15 @@ struct Weight {
   bool half, with_mins;
   int min_offset;
   std::vector<uint8_t> values, tiled_values;
+  std::vector<uint32_t> high, tiled_high;          // Q5
   std::vector<float> scales, mins;                 // as the kernel sees them (fp16-rounded with half)
   std::vector<uint16_t> scales_h, mins_h;
   std::vector<uint8_t> tiled_scales, tiled_mins;   // bytes, fp32 or fp16
 
   Weight(QuantKind kind_, int64_t n_, int64_t k_, bool half_, int mins_mode)
-      : kind(kind_), n(n_), k(k_), nb(k_ / 32), half(half_), with_mins(kind_ == QuantKind::Q4 && mins_mode == 1),
-        min_offset(kind_ == QuantKind::Q4 && mins_mode == 2 ? -8 : 0) {
-    const int64_t bytes = kind == QuantKind::Q4 ? n * k / 2 : n * k;
+      : kind(kind_), n(n_), k(k_), nb(k_ / 32), half(half_), with_mins(nibbles() && mins_mode == 1),
+        min_offset(nibbles() && mins_mode == 2 ? (kind_ == QuantKind::Q5 ? -16 : -8) : 0) {
+    const int64_t bytes = nibbles() ? n * k / 2 : n * k;
     values.resize(size_t(bytes));
     for (auto& v : values) v = uint8_t(next_u64() >> 56);  // every nibble, every int8
     scales.resize(size_t(n * nb * sub()));
@@ -62,6 +63,11 @@ struct Weight {
         auto& h = v == &scales ? scales_h : mins_h;
         for (auto& f : *v) h.push_back(from_float<fp16_t>(f).bits), f = to_float(fp16_t{h.back()});
       }
+    if (kind == QuantKind::Q5) {
+      high.resize(size_t(n * nb)), tiled_high.resize(high.size());
+      for (auto& h : high) h = uint32_t(next_u64() >> 32);
+      neon_tile_high(n, k, high.data(), tiled_high.data());
+    }
     tiled_values.resize(values.size());
     neon_tile_values(kind, n, k, values.data(), tiled_values.data());
     const int eb = half ? 2 : 4;
@@ -72,17 +78,20 @@ struct Weight {
     tile(half ? static_cast<const void*>(scales_h.data()) : scales.data(), scales.size(), tiled_scales);
     tile(half ? static_cast<const void*>(mins_h.data()) : mins.data(), mins.size(), tiled_mins);
   }
+  bool nibbles() const { return kind == QuantKind::Q4 || kind == QuantKind::Q5; }
   int sub() const { return kind == QuantKind::Q8Halves ? 2 : 1; }
-  int q(int64_t r, int64_t e) const {  // stored: s8, or the nibble 0..15
-    if (kind != QuantKind::Q4) return int8_t(values[size_t(r * k + e)]);
+  int q(int64_t r, int64_t e) const {  // stored: s8, or the 4/5-bit value 0..31
+    if (!nibbles()) return int8_t(values[size_t(r * k + e)]);
     const uint8_t byte = values[size_t((r * nb + e / 32) * 16 + e % 16)];
-    return e % 32 < 16 ? byte & 15 : byte >> 4;
+    const int bit4 = kind == QuantKind::Q5 ? int(high[size_t(r * nb + e / 32)] >> (e % 32)) & 1 : 0;
+    return (e % 32 < 16 ? byte & 15 : byte >> 4) | bit4 << 4;
   }
   QuantWeightView view() const {
     QuantWeightView w;
     w.kind = kind, w.n = n, w.k = k, w.tiled = true, w.half_factors = half, w.min_offset = min_offset;
     w.values = tiled_values.data(), w.scales = tiled_scales.data();
     w.mins = with_mins ? tiled_mins.data() : nullptr;
+    w.high = kind == QuantKind::Q5 ? tiled_high.data() : nullptr;
     return w;
   }
 };
@@ -90,7 +99,7 @@ struct Weight {
 void check_bytes(const Weight& w) {
   ++checks;
   int bad = 0;
-  const int64_t row_block = w.kind == QuantKind::Q4 ? 16 : 32;
+  const int64_t row_block = w.nibbles() ? 16 : 32;
   for (int64_t r = 0; r < w.n; ++r)
     for (int64_t b = 0; b < w.nb; ++b)
       for (int64_t i = 0; i < row_block; ++i) {  // the header: [g][b][p][c][h][j], c = i / 8, j = i % 8
@@ -213,7 +222,7 @@ int main() {
   const int64_t ns[] = {16, 48, 32, 80};
   const int64_t ks[] = {32, 96, 576};
   int i = 0;
-  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4})
+  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5})
     for (int64_t k : ks)
       for (int64_t m : ms) {
         const int64_t n = ns[size_t(i) % 4];
@@ -224,7 +233,7 @@ int main() {
         check_linear<fp16_t>(kind, m, n, k, half, (mins + 2) % 3, bias, (threads + 1) % 3 + 1);
         ++i;
       }
-  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4})
+  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5})
     for (int mins : {0, 1, 2}) check_rows(kind, 32, 96, mins == 1, mins);
   std::printf("digest=%016llx\n", (unsigned long long)digest);
   std::printf("isa=%s\n", quant_tiles_neon_isa());

@@ -1,9 +1,8 @@
 """The ARM tile layout of quantized weights (kernels/csrc/core/quant_tiles_neon.h, kernels/quant_neon_layout.py):
 on aarch64 `tiled_copy()` interleaves row pairs in 8-byte chunks, SMMLA's operand order. Anywhere: the
 reordering is exact and puts each byte where the header says. On an ARM machine (the emulated CI job): the op
-matches the torch reference for q8, q8h and q4 with every factor storage and dtype, rows keep their bits whatever M
-or the thread count (decode on SDOT, prefill on SMMLA), row lookups and group slices work, and q5 weights
-stay in the row layout."""
+matches the torch reference for every kind with every factor storage and dtype, rows keep their bits whatever M
+or the thread count (decode on SDOT, prefill on SMMLA), row lookups and group slices work, for every kind."""
 from __future__ import annotations
 
 import pytest
@@ -25,11 +24,11 @@ def arm_layout(monkeypatch):
     monkeypatch.setattr(neon_layout, "ACTIVE", True)
 
 
-@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4", "q5"])
 def test_bytes_lie_where_the_header_says(kind):
     w = random_weight(kind, 32, 96, seed=4)
     tiled = neon_layout.tile_values(w.values, kind)
-    row_block, nb = (16 if kind == "q4" else 32), 3
+    row_block, nb = (16 if kind in ("q4", "q5") else 32), 3
     flat_rows, flat_tiled = w.values.reshape(-1), tiled.reshape(-1)
     for r, b, i in [(0, 0, 0), (1, 0, 9), (5, 2, row_block - 1), (17, 1, 8), (30, 2, 3), (31, 0, row_block - 1)]:
         g, p, h, c, j = r // 16, r % 16 // 2, r % 2, i // 8, i % 8
@@ -38,7 +37,7 @@ def test_bytes_lie_where_the_header_says(kind):
     assert torch.equal(neon_layout.untile_values(tiled, kind), w.values)
 
 
-@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4", "q5"])
 @pytest.mark.parametrize("factors", FACTORS)
 @pytest.mark.parametrize("mins", [True, False])
 def test_tiling_is_an_exact_reordering(arm_layout, kind, factors, mins):
@@ -55,16 +54,18 @@ def test_tiling_is_an_exact_reordering(arm_layout, kind, factors, mins):
     assert torch.equal(tiled.rows(slice(3, 21)).dequantize(), w.dequantize()[3:21])
 
 
-@pytest.mark.parametrize("kind", ["q5"])
-def test_other_kinds_stay_in_rows(arm_layout, kind):
-    w = random_weight(kind, 32, 64)
-    assert not w.tileable()
-    with pytest.raises(ValueError):
-        w.tiled_copy()
+def test_high_bits_lie_where_the_header_says():
+    w = random_weight("q5", 32, 96, seed=6)
+    tiled = neon_layout.tile_high(w.high).view(torch.int16).reshape(-1).to(torch.int64) & 0xFFFF
+    rows = w.high.to(torch.int64) & 0xFFFFFFFF
+    for r, b, e in [(0, 0, 0), (1, 0, 9), (5, 2, 31), (17, 1, 16), (30, 2, 7), (31, 0, 24)]:
+        g, p, h, c, j = r // 16, r % 16 // 2, r % 2, e // 8, e % 8
+        assert (tiled[(g * 3 + b) * 32 + 4 * p + c] >> (8 * h + j)) & 1 == (rows[r, b] >> e) & 1
+    assert torch.equal(neon_layout.untile_high(neon_layout.tile_high(w.high)), w.high)
 
 
 @on_arm
-@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4", "q5"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m,n,k", [(1, 16, 32), (3, 48, 96), (16, 32, 576), (21, 80, 160), (70, 48, 64)])
 @pytest.mark.parametrize("factors", FACTORS)
@@ -76,7 +77,7 @@ def test_matches_reference(kind, dtype, m, n, k, factors):
 
 
 @on_arm
-@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4", "q5"])
 @pytest.mark.parametrize("factors", FACTORS)
 def test_a_row_does_not_depend_on_the_batch_the_path_or_threads(kind, factors):
     """M = 1 runs SDOT block sums, M >= 2 SMMLA tiles (with i8mm), a lone last token its pair's first lane."""
@@ -94,7 +95,7 @@ def test_a_row_does_not_depend_on_the_batch_the_path_or_threads(kind, factors):
 
 
 @on_arm
-@pytest.mark.parametrize("kind", ["q8", "q8h", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8h", "q4", "q5"])
 def test_row_lookups_and_slices(kind):
     w = random_weight(kind, 64, 128, seed=2)
     tiled = w.tiled_copy()

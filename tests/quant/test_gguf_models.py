@@ -45,7 +45,7 @@ def test_kernels_follow_the_torch_reference_path(store, tiny_gguf, arch, mix):
     # the projections really run quantized: no dense copy of any quantized weight
     linears = [m for m in fast.engine.runner.model.modules() if isinstance(m, Linear)]
     assert linears and all(m.is_quantized and m.weight is None for m in linears)
-    if kernels.tiles_native():  # x86 with AVX512-VNNI, or ARM (all but q5): weights of 16-row groups run tiled
+    if kernels.tiles_native():  # x86 with AVX512-VNNI, or ARM: every weight of 16-row groups runs tiled
         runs = [w for m in linears for w in m.quantized_run_weights()]
         assert all(w.tiled == (w.n % 16 == 0 and neon_layout.takes(w.kind)) for w in runs) and any(w.tiled for w in runs)
 

@@ -30,7 +30,12 @@ namespace llmchat {
 namespace {
 
 constexpr int kPairs = kNeonTileRows / 2;  // row pairs a group
-constexpr int64_t block_bytes(QuantKind k) { return k == QuantKind::Q4 ? 256 : 512; }
+constexpr bool nibbles(QuantKind k) { return k == QuantKind::Q4 || k == QuantKind::Q5; }
+constexpr int64_t block_bytes(QuantKind k) { return nibbles(k) ? 256 : 512; }
+// Q5's bit planes of a block: 32 uint16 [p][c], bit 8h + j = bit 4 of element 8c + j of row 2p + h.
+inline const uint16_t* high_bits(const QuantWeightView& w, int64_t g, int64_t nb, int64_t b) {
+  return w.high ? reinterpret_cast<const uint16_t*>(w.high) + (g * nb + b) * 32 : nullptr;
+}
 
 // The activations of one call: plain (q [M, K], d, dsum [M, nb], offsets [M, nb] = offset * sum(q) or null)
 // for the scalar loop, and in token pairs (quant_tiles_neon.h) for the vector paths: qp [P][nb][4][2][8],
@@ -50,12 +55,13 @@ float factor(bool half, const void* p, int64_t i) {
   return half ? to_float(fp16_t{static_cast<const uint16_t*>(p)[i]}) : static_cast<const float*>(p)[i];
 }
 
-// Element e (0..31) of row n (0..15) of a block, as stored (s8, or the nibble 0..15).
-int element(QuantKind kind, const uint8_t* blk, int n, int e) {
+// Element e (0..31) of row n (0..15) of a block, as stored (s8, or the 4/5-bit value 0..31).
+int element(QuantKind kind, const uint8_t* blk, const uint16_t* high, int n, int e) {
   const int p = n / 2, h = n % 2;
-  if (kind != QuantKind::Q4) return int8_t(blk[64 * p + 16 * (e / 8) + 8 * h + e % 8]);
+  if (!nibbles(kind)) return int8_t(blk[64 * p + 16 * (e / 8) + 8 * h + e % 8]);
   const int byte = e % 16, v = blk[32 * p + 16 * (byte / 8) + 8 * h + byte % 8];
-  return e < 16 ? v & 15 : v >> 4;
+  const int bit4 = high ? (high[4 * p + e / 8] >> (8 * h + e % 8)) & 1 : 0;
+  return (e < 16 ? v & 15 : v >> 4) | bit4 << 4;
 }
 
 // acc[r][t] of group g's 16 rows for tokens [m0, m1): the reference loop of the layout's math.
@@ -66,10 +72,11 @@ int element(QuantKind kind, const uint8_t* blk, int n, int e) {
       float v = 0.f;
       for (int64_t b = 0; b < x.nb; ++b) {
         const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * x.nb + b) * block_bytes(w.kind);
+        const uint16_t* high = high_bits(w, g, x.nb, b);
         const int sub = w.kind == QuantKind::Q8Halves ? 2 : 1, size = 32 / sub;
         for (int h = 0; h < sub; ++h) {  // Q8Halves: one sum and scale per 16 elements, in order
           int32_t isum = 0;
-          for (int e = size * h; e < size * (h + 1); ++e) isum += element(w.kind, blk, n, e) * int32_t(x.q[m * x.k + 32 * b + e]);
+          for (int e = size * h; e < size * (h + 1); ++e) isum += element(w.kind, blk, high, n, e) * int32_t(x.q[m * x.k + 32 * b + e]);
           if (x.offsets) isum -= x.offsets[m * x.nb + b];
           const int64_t at = (g * sub * x.nb + sub * b + h) * kNeonTileRows + n;
           v = std::fma(float(isum), factor(w.half_factors, w.scales, at) * x.d[m * x.nb + b], v);
@@ -87,10 +94,21 @@ inline float32x4_t factors4(const void* p, int64_t at) {  // 4 rows' factors fro
   else return vld1q_f32(static_cast<const float*>(p) + at);
 }
 
+// Q5: bit 4 of the 16 lanes of an operand from its uint16 mask (lane i = bit i), 0x10 where set.
+inline uint8x16_t bit4_lanes(uint16_t mask) {
+  static const uint8_t pick[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t bytes = vqtbl1q_u8(vreinterpretq_u8_u16(vdupq_n_u16(mask)), vld1q_u8(pick));
+  return vandq_u8(vtstq_u8(bytes, vld1q_u8(bits)), vdupq_n_u8(0x10));
+}
+
 // The 4 SMMLA operands (elements 8c..8c+7 of both rows) of row pair p of a block.
 template <QuantKind KIND>
-inline void pair_operands(const uint8_t* blk, int p, int8x16_t op[4]) {
-  if constexpr (KIND != QuantKind::Q4) {
+inline void pair_operands(const uint8_t* blk, const uint16_t* high, int p, int8x16_t op[4]) {
+  if constexpr (KIND == QuantKind::Q5) {
+    pair_operands<QuantKind::Q4>(blk, nullptr, p, op);
+    for (int c = 0; c < 4; ++c) op[c] = vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(op[c]), bit4_lanes(high[4 * p + c])));
+  } else if constexpr (!nibbles(KIND)) {
     for (int c = 0; c < 4; ++c) op[c] = vld1q_s8(reinterpret_cast<const int8_t*>(blk) + 64 * p + 16 * c);
   } else {
     const uint8x16_t low = vdupq_n_u8(0x0F), v0 = vld1q_u8(blk + 32 * p), v1 = vld1q_u8(blk + 32 * p + 16);
@@ -118,6 +136,7 @@ void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, fl
     for (auto& v : row) v = vdupq_n_f32(0.f);
   for (int64_t b = 0; b < x.nb; ++b) {
     const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * x.nb + b) * block_bytes(KIND);
+    const uint16_t* high = high_bits(w, g, x.nb, b);
     int8x16_t act[T][4];
     float32x4_t d[T], ds[T];
     int32x4_t off[T];
@@ -135,7 +154,7 @@ void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, fl
       for (int h = 0; h < kSub; ++h) s[h] = factors4<HALF>(w.scales, (g * kSub * x.nb + kSub * b + h) * kNeonTileRows + 4 * quad);
       if constexpr (MINS) mn = factors4<HALF>(w.mins, at);
       int8x16_t w0[4], w1[4];
-      pair_operands<KIND>(blk, 2 * quad, w0), pair_operands<KIND>(blk, 2 * quad + 1, w1);
+      pair_operands<KIND>(blk, high, 2 * quad, w0), pair_operands<KIND>(blk, high, 2 * quad + 1, w1);
       for (int t = 0; t < T; ++t) {
         for (int h = 0; h < kSub; ++h) {  // chunks of each sub-block (Q8Halves: 0-1 and 2-3)
           int32x4_t x0 = vdupq_n_s32(0), x1 = vdupq_n_s32(0);
@@ -165,6 +184,7 @@ void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_
     for (auto& v : row) v = vdupq_n_f32(0.f);
   for (int64_t b = 0; b < x.nb; ++b) {
     const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * x.nb + b) * block_bytes(KIND);
+    const uint16_t* high = high_bits(w, g, x.nb, b);
     int8x16_t act[TP][4];
     float32x4_t d[TP], ds[TP];
     int32x4_t off[TP];
@@ -189,7 +209,7 @@ void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_
     }
     for (int i = 0; i < RP; ++i) {
       int8x16_t op[4];
-      pair_operands<KIND>(blk, p0 + i, op);
+      pair_operands<KIND>(blk, high, p0 + i, op);
       for (int j = 0; j < TP; ++j) {
         for (int h = 0; h < kSub; ++h) {  // chunks of each sub-block (Q8Halves: 0-1 and 2-3)
           int32x4_t isum = vdupq_n_s32(0);
@@ -264,6 +284,9 @@ void run_group(const QuantLinearArgs& a, const Acts& x, int64_t g) {
         half ? vector_group_any<QuantKind::Q8Halves, true>(a.w, x, g, m0, m1, res)
              : vector_group_any<QuantKind::Q8Halves, false>(a.w, x, g, m0, m1, res);
         break;
+      case QuantKind::Q5:
+        half ? vector_group_any<QuantKind::Q5, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q5, false>(a.w, x, g, m0, m1, res);
+        break;
       default:
         half ? vector_group_any<QuantKind::Q4, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q4, false>(a.w, x, g, m0, m1, res);
     }
@@ -323,7 +346,7 @@ bool neon_tiles_compiled() {
 #endif
 }
 
-bool neon_tiles_take(QuantKind kind) { return kind != QuantKind::Q5; }
+bool neon_tiles_take(QuantKind) { return true; }
 
 const char* quant_tiles_neon_isa() {
 #if !defined(LLMCHAT_NEON_TILES)
@@ -346,7 +369,7 @@ void quant_tiles_neon_linear(const QuantLinearArgs& a, const Runtime& rt) {
   q.resize(size_t(a.m * a.w.k)), d.resize(size_t(a.m * nb)), dsum.resize(size_t(a.m * nb));
   quantize_activations(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), d.data(), dsum.data(), rt);
   // Q4_0: u = w + 8, so sum u q - 8 sum q is the signed dot (min = -8 x scale, taken off in int32)
-  const int32_t offset = a.w.kind == QuantKind::Q4 && a.w.mins == nullptr ? -a.w.min_offset : 0;
+  const int32_t offset = nibbles(a.w.kind) && a.w.mins == nullptr ? -a.w.min_offset : 0;
   offsets.resize(offset != 0 ? size_t(a.m * nb) : 0);
   if (offset != 0) {
     const int8_t* qs = q.data();
@@ -384,12 +407,13 @@ void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t
         T* o = static_cast<T*>(out) + i * out_stride;
         for (int64_t b = 0; b < nb; ++b) {
           const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * nb + b) * block_bytes(w.kind);
+          const uint16_t* high = high_bits(w, g, nb, b);
           const int64_t at = (g * nb + b) * kNeonTileRows + n;
           for (int e = 0; e < 32; ++e) {
             const float s = w.kind == QuantKind::Q8Halves
                                 ? factor(w.half_factors, w.scales, (g * 2 * nb + 2 * b + e / 16) * kNeonTileRows + n)
                                 : factor(w.half_factors, w.scales, at);
-            float value = s * float(element(w.kind, blk, n, e));  // two roundings, as numpy does it
+            float value = s * float(element(w.kind, blk, high, n, e));  // two roundings, as numpy does it
             if (w.mins != nullptr) value = value + factor(w.half_factors, w.mins, at);
             else if (w.min_offset != 0) value = value + float(w.min_offset) * s;
             o[32 * b + e] = from_float<T>(value);
@@ -401,7 +425,7 @@ void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t
 }
 
 void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, void* tiled) {
-  const int64_t nb = k / 32, row_block = kind == QuantKind::Q4 ? 16 : 32, chunks = row_block / 8;
+  const int64_t nb = k / 32, row_block = nibbles(kind) ? 16 : 32, chunks = row_block / 8;
   const uint8_t* src = static_cast<const uint8_t*>(rows);
   uint8_t* dst = static_cast<uint8_t*>(tiled);
   for (int64_t r = 0; r < n; ++r)  // [g, p, h, b, c, j] -> [g, b, p, c, h, j]
@@ -412,6 +436,18 @@ void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, vo
           dst[(g * nb + b) * kNeonTileRows * row_block + p * 2 * row_block + c * 16 + h * 8 + j] =
               src[r * nb * row_block + b * row_block + c * 8 + j];
         }
+}
+
+void neon_tile_high(int64_t n, int64_t k, const uint32_t* rows, uint32_t* tiled) {
+  const int64_t nb = k / 32;
+  uint16_t* dst = reinterpret_cast<uint16_t*>(tiled);
+  std::memset(dst, 0, size_t(n * nb * 4));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < nb; ++b)
+      for (int e = 0; e < 32; ++e) {
+        const int64_t g = r / kNeonTileRows, p = r % kNeonTileRows / 2, h = r % 2;
+        if ((rows[r * nb + b] >> e) & 1) dst[(g * nb + b) * 32 + 4 * p + e / 8] |= uint16_t(1u << (8 * h + e % 8));
+      }
 }
 
 void neon_tile_factors(int64_t n, int64_t per_row, int elem_bytes, const void* rows, void* tiled) {

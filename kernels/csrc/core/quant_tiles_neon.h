@@ -1,20 +1,22 @@
 // Quantized weights in the ARM tile layout: the order SMMLA (i8mm) reads as its weight operand, so neither the
 // prefill tiles nor decode interleave rows in registers. It is what `tiled` means on an aarch64 build (x86
 // reads the order of quant_tiles.h instead: a weight is tiled once, at load, for the machine it runs on).
-// Kinds Q8, Q8Halves and Q4 (with or without stored mins, fp32 or fp16 factors); Q5 stays in the row layout.
+// Every kind (Q8, Q8Halves, Q4, Q5; with or without stored mins, fp32 or fp16 factors).
 // A weight with N % 16 == 0 is stored group by group (16 rows = 8 row pairs), each group block by block; the
 // tensors keep the row layout's shapes and dtypes (quant_linear.h), only the order of their bytes changes:
 //   Q8, Q8Halves: 512 bytes a block, [p 0..7][c 0..3][h 0..1][j 0..7] = w of row 16g+2p+h, element 8c+j:
 //       16 bytes are one SMMLA operand (8 elements of two rows)
 //   Q4: 256 bytes a block, [p][s 0..1][h][j 0..7] = the row layout's nibble byte 8s+j of row 16g+2p+h: low
 //       nibble = element 8s+j, high = element 16+8s+j (one AND and one shift give operands c = s and s + 2)
+//   Q5 as Q4, and its high bits (the row layout's [N, K/32] uint32) as 32 uint16 a block, [p][c]: bit 8h+j =
+//       bit 4 of element 8c+j of row 16g+2p+h (a bit mask of one SMMLA operand's lanes)
 //   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout
 //   (as quant_tiles.h)
 // Activations are quantized per call (quantize_activations) and laid out in token pairs the same way:
 // [pair][block][c][token 0..1][j], a lone last token paired with zeros.
 // Every output (token m, row n) is computed as quant_tiles.h says, lane by lane:
 //   isum(b) = sum_j u[n, 32b+j] * q[m, 32b+j] - offset * sum_j q[m, 32b+j], exact in int32 (u as stored:
-//             s8 for Q8, 0..15 for Q4; offset = -min_offset for Q4 without stored mins, else 0)
+//             s8 for Q8, 0..15 / 0..31 for Q4 / Q5; offset = -min_offset for Q4 / Q5 without stored mins, else 0)
 //   acc     = fma(float(isum(b)), scale[n, b] * d[m, b], acc), then with stored mins acc = fma(min[n, b],
 //             dsum[m, b], acc), for b = 0, 1, ... (Q8Halves: one sum and scale per half, halves in order);
 //   out     = acc (+ bias)
@@ -32,16 +34,17 @@ namespace llmchat {
 inline constexpr int kNeonTileRows = 16;  // weight rows per group (as x86's kTileRows: the same slicing rules)
 
 bool neon_tiles_compiled();           // an aarch64 build: `tiled` weights are in this layout
-bool neon_tiles_take(QuantKind kind);  // Q8, Q8Halves and Q4
+bool neon_tiles_take(QuantKind kind);  // the kinds this layout has: all four
 const char* quant_tiles_neon_isa();    // "neon+i8mm", "neon+dotprod", "neon" or "scalar": the block-sum path
 // a.w in this layout: out = x @ W^T (+ bias), as quant_linear.
 void quant_tiles_neon_linear(const QuantLinearArgs& a, const Runtime& rt);
 // Rows ids[i] of such a W dequantized (the same values as quant_rows on the row layout).
 void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, DType dt, void* out,
                            int64_t out_stride, const Runtime& rt);
-// The layout's bytes from the row layout's (kind Q8, Q8Halves or Q4, n % 16 == 0): values, and per-block factors
+// The layout's bytes from the row layout's (n % 16 == 0): values, and per-block factors
 // (scales or mins, `per_row` entries a row of `elem_bytes` each). For tests and tools; Python reorders in torch.
 void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, void* tiled);
+void neon_tile_high(int64_t n, int64_t k, const uint32_t* rows, uint32_t* tiled);  // Q5's high bits
 void neon_tile_factors(int64_t n, int64_t per_row, int elem_bytes, const void* rows, void* tiled);
 
 }  // namespace llmchat

@@ -20,9 +20,9 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
   w.kind = QuantKind(kind & 3);
   w.tiled = (kind & 4) != 0;
   w.wide_activations = kind == 12;
-  // ARM builds tile all kinds but q5 in their own layout (core/quant_tiles_neon.h)
+  // ARM builds tile every kind in their own layout (core/quant_tiles_neon.h)
   LLMCHAT_CHECK(!w.tiled || quant_tiles_compiled() || (neon_tiles_compiled() && neon_tiles_take(w.kind)), op,
-                "this build has no tile layout for this kind (x86 needs AVX512-VNNI; ARM tiles all but q5)");
+                "this build has no tile layout for this kind (x86 needs AVX512-VNNI)");
   LLMCHAT_CHECK(!w.wide_activations || quant_tiles_compiled(), op,
                 "16-bit activations run on the x86 tile layout only (AVX512-VNNI)");
   const bool nibbles = w.kind == QuantKind::Q4 || w.kind == QuantKind::Q5;
