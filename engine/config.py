@@ -57,7 +57,7 @@ class EngineConfig:
     # bf16 weights that run the library GEMM are pre-packed for oneDNN (layers/linear.py, pack()); False: plain.
     pack_bf16: bool = True
     # Quantized weights of 16-row groups take the tile layout where the kernels have it (x86 with AVX512-VNNI:
-    # VNNI dots and AMX-INT8 tiles, kernels/quant.py); False: the row layout. LLMCHAT_QUANT_TILES=0.
+    # VNNI dots and AMX-INT8 tiles; ARM: SMMLA / SDOT, kernels/quant.py); False: the row layout. LLMCHAT_QUANT_TILES=0.
     quant_tiles: bool = field(default_factory=lambda: _env_switch("LLMCHAT_QUANT_TILES", 1) != 0)
     # Q8_0 weights on the x86 tile layout take 16-bit activations: the model computes what its weights say
     # (KL ~1e-7 against them dequantized), for ~10-25% of the speed; False: 8-bit, as the other kinds and

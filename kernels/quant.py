@@ -14,6 +14,8 @@ exactly as the gguf package dequantizes the file it came from.
 On x86 with AVX512-VNNI (`tiles_native()`), `tiled()` reorders a weight of N % 16 == 0 rows into 16-row
 groups (csrc/core/quant_tiles.h): the same tensors' shapes and bytes, in the order the VNNI block dots and the
 AMX-INT8 tiles read. A tiled weight is the only copy; `untiled()` gives the row layout back, exactly.
+On aarch64 `tiled()` gives every kind the ARM layout instead (quant_neon_layout.py, csrc/core/quant_tiles_neon.h):
+row pairs in 8-byte chunks, SMMLA's operand order, read by SMMLA prefill tiles and SDOT decode.
 A tiled "q8" weight (Q8_0) takes 16-bit activations (`wide_activations`: d = max|x| / 32639, computed as two
 int8 halves on the same integer dots): quantizing the activations is the largest error of an 8-bit weight's
 dot, and at 16 bits it is 256x smaller, for twice the integer work.
@@ -292,13 +294,14 @@ def quant_isa() -> str:
 
 
 def tiles_isa() -> str:
-    """The tile layout's path here: "avx512+vnni", "avx512+vnni+amx" (AMX-INT8 for 16-token tiles), or ""."""
+    """The tile layout's path here: "avx512+vnni", "avx512+vnni+amx" (AMX-INT8 for 16-token tiles); on ARM
+    "neon+i8mm", "neon+dotprod" or "neon" (quant_neon_layout.py); or "" (no tile layout)."""
     require()
     return torch.ops.llmchat.quant_tiles_isa()
 
 
 def tiles_native() -> bool:
-    """True when this build runs weights in the tile layout (x86 with AVX512-VNNI)."""
+    """True when this build runs weights in the tile layout (x86 with AVX512-VNNI, or ARM)."""
     return bool(tiles_isa())
 
 

@@ -254,7 +254,8 @@ class CausalLM(nn.Module):
 
     def _quantized_for_kernels(self, tiles: bool = True, q8_wide: bool = True) -> None:
         """Quantized weights take the tile layout where the kernels have it (x86 with AVX512-VNNI: one copy,
-        read by the VNNI dots and the AMX tiles; Q8 with 16-bit activations unless q8_wide is False), then move
+        read by the VNNI dots and the AMX tiles; Q8 with 16-bit activations unless q8_wide is False; ARM: its
+        own order, read by SMMLA and SDOT), then move
         into huge pages (as the panels below): each is streamed every decode step. A weight shared by two users
         (a tied table and head) changes once."""
         layers = [m for m in self.modules() if isinstance(m, Linear) and m.is_quantized]
