@@ -254,10 +254,11 @@ class CausalLM(nn.Module):
 
     def _quantized_for_kernels(self, tiles: bool = True, q8_wide: bool = True) -> None:
         """Quantized weights take the tile layout where the kernels have it (x86 with AVX512-VNNI: one copy,
-        read by the VNNI dots and the AMX tiles; Q8 with 16-bit activations unless q8_wide is False; ARM: its
-        own order, read by SMMLA and SDOT), then move
-        into huge pages (as the panels below): each is streamed every decode step. A weight shared by two users
-        (a tied table and head) changes once."""
+        read by the VNNI dots and the AMX tiles; ARM: its own order, read by SMMLA and SDOT), then move into huge
+        pages (as the panels below): each is streamed every decode step. A weight shared by two users (a tied
+        table and head) changes once. On x86 a Q8_0 model (every quantized weight Q8) runs at 16-bit
+        activations unless q8_wide is False: it was chosen for quality; a Q8 table or tensor inside a 4/5-bit
+        model keeps the 8-bit ones it was chosen for."""
         layers = [m for m in self.modules() if isinstance(m, Linear) and m.is_quantized]
         table = self.quantized_embedding
         unique, tileable = {}, {}
@@ -269,6 +270,7 @@ class CausalLM(nn.Module):
         if not unique:
             return
         tiles = tiles and self._kernels is not None and self._kernels.tiles_native()
+        q8_wide = q8_wide and all(w.kind == "q8" for w in unique.values())
         flat = [t for w in unique.values() for t in w.present()]
         moved_flat, moved = iter(pack_into_huge_pages(flat)), {}
         for key, w in unique.items():

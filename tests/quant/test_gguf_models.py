@@ -92,3 +92,20 @@ def test_the_decoder_stack_runs_quantized_layers_like_the_python_layers(store, t
     ids = greedy(fast).prompt_token_ids * 4
     assert torch.equal(sequence_logits(fast, ids), sequence_logits(python_layers, ids))
     assert greedy(fast).token_ids == greedy(python_layers).token_ids
+
+
+@pytest.mark.skipif(not kernels.tiles_isa().startswith("avx512"), reason="16-bit activations are the x86 tile layout's")
+def test_only_a_q8_0_model_takes_16_bit_activations(store, tiny_gguf):
+    """A Q8_0 model (every weight Q8_0) runs at 16-bit activations, its table and head included; the Q8_0 table
+    of a Q4_0 model keeps 8-bit ones, as its projections do (that file was chosen for speed)."""
+    def weights(mix):
+        model = LLM(str(store.import_path(tiny_gguf("llama", mix)).path), dtype="float32",
+                    kv_cache_gb=0.02).engine.runner.model
+        runs = [w for m in model.modules() if isinstance(m, Linear) and m.is_quantized
+                for w in m.quantized_run_weights()]
+        return runs, model.quantized_embedding
+    runs, table = weights("q8_0")
+    assert table.kind == "q8" and table.wide_activations and all(w.tiled and w.wide_activations for w in runs)
+    runs, table = weights("q4_0")
+    assert table.kind == "q8" and table.tiled and not table.wide_activations
+    assert all(w.kind == "q4" and not w.wide_activations for w in runs)
