@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+import llmchat.kernels as K
 from llmchat.kernels.quant import QuantWeight
 
 KINDS = ["q8", "q8h", "q4", "q5"]
@@ -26,3 +27,19 @@ def random_weight(kind: str, n: int, k: int, seed: int = 0, mins: bool = True, f
         return QuantWeight(kind, values, scales, None, high, source=kind, min_offset=-8 if mins else 0)
     lows = (-(torch.rand(n, nb, generator=g) * 0.1)).to(dtype) if mins else None
     return QuantWeight(kind, values, scales, lows, high, source=kind)
+
+
+def assert_rows_keep_their_bits(w: QuantWeight) -> None:
+    """Rows of x @ w (k = 352) have the same bits in a 1-row decode, a 7-row batch, a 16-row tile, a 17- and a
+    40-row step and a 64-row prefill, at one thread and at torch's count, whatever rows come before them: the
+    paths and tile shapes the batch size picks must not change a row."""
+    x = torch.randn(300, 352, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    full = K.quant_linear(x, w)
+    threads = torch.get_num_threads()
+    try:
+        for m, nthreads in [(1, 1), (7, threads), (16, 1), (17, threads), (40, 1), (64, threads)]:
+            torch.set_num_threads(nthreads)
+            for start in (0, 5, 233):
+                assert torch.equal(K.quant_linear(x[start:start + m], w), full[start:start + m]), (m, nthreads, start)
+    finally:
+        torch.set_num_threads(threads)
