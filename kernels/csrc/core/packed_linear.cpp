@@ -1,7 +1,9 @@
 // Packed bf16 panels, written once against vec/panel.h: a block is kPanels panels (16 output rows each) x
 // kTokens tokens of accumulators; per k-pair it loads each panel's 64 bytes once and pair-dots them against
 // every token's broadcast x pair. Each output's operations depend on K alone (see panel.h), so rows are the
-// same bits whatever M, the block shape or the thread split (issue 16).
+// same bits whatever M, the block shape or the thread split (issue 16). On NEON with bf16, steps of two or more
+// tokens run BFMMLA tiles over the same panels (vec/panel_bfmmla.h), whose outputs take the BFDOT chain's
+// operations, bit for bit.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -89,16 +91,104 @@ void packed_panels(const LinearArgs& a, int64_t p0) {
   if (m < a.m) with_count<panel::kTokens>(a.m - m, [&](auto mt) { packed_block<NP, decltype(mt)::value>(a, p0, m); });
 }
 
+// Panels a task takes: enough to amortise scheduling, but every thread gets panels to stream.
+int64_t grain_of(int64_t units, int64_t unit_rows, const LinearArgs& a, const Runtime& rt) {
+  const int64_t per_thread = (units + rt.num_threads - 1) / std::max(1, rt.num_threads);
+  return std::max<int64_t>(1, std::min<int64_t>(per_thread, 16384 / std::max<int64_t>(1, a.k * unit_rows)));
+}
+
+#if defined(LLMCHAT_PANEL_BFMMLA)
+namespace mmla = panel::mmla;
+
+// out[2 (t0 + t) + h, 16 p + 4 (g0 + g) + r] for NG 4-row groups of panel p from g0 x NT token pairs from t0:
+// per k-quad each group's two registers zipped once, then one BFMMLA per group half and token pair.
+template <int NG, int NT>
+void mmla_block(const LinearArgs& a, const mmla::TokenPairs& xp, int64_t p, int g0, int64_t t0) {
+  const int64_t panel_elems = pairs_of(a.k) * 2 * kPanel;
+  const bf16_t* W = static_cast<const bf16_t*>(a.weight) + p * panel_elems + 8 * g0;
+  const bf16_t* X = xp.pair(t0);
+  mmla::GroupAcc acc[NT][NG];
+  for (int t = 0; t < NT; ++t)
+    for (int g = 0; g < NG; ++g) acc[t][g] = mmla::acc_zero();
+  for (int64_t s = 0; s < xp.quads; ++s) {
+    bfloat16x8_t x[NT];
+    for (int t = 0; t < NT; ++t) x[t] = mmla::load8(X + t * xp.stride + 8 * s);
+    for (int g = 0; g < NG; ++g) {
+      const mmla::GroupWeights w = mmla::load_quad(W + s * 4 * kPanel + 8 * g);
+      for (int t = 0; t < NT; ++t) acc[t][g] = mmla::quad_mmla(acc[t][g], w, x[t]);
+    }
+  }
+  if (xp.lone) {  // the last k-pair alone: BFDOT, as the panel path takes it
+    const int64_t s = xp.quads;
+    for (int g = 0; g < NG; ++g) {
+      const mmla::GroupWeights w = mmla::load_lone(W + s * 4 * kPanel + 8 * g);
+      for (int t = 0; t < NT; ++t) acc[t][g] = mmla::lone_dot(acc[t][g], w, mmla::load8(X + t * xp.stride + 8 * s));
+    }
+  }
+  const int64_t n0 = p * kPanel;
+  const int valid = int(std::min<int64_t>(kPanel, a.n - n0));
+  const bf16_t* bias = static_cast<const bf16_t*>(a.bias);
+  const panel::PanelAcc b = bias ? panel::load_bias(bias + n0, panel::row_mask(valid)) : panel::acc_zero();
+  bf16_t* out = static_cast<bf16_t*>(a.out) + n0;
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) {
+    const int64_t m = 2 * (t0 + t);
+#pragma GCC unroll 16
+    for (int g = 0; g < NG; ++g) {
+      const int row = 4 * (g0 + g);
+      mmla::store_rows(out + m * a.out_stride + row, mmla::first_token(acc[t][g]), b.q[g0 + g], valid - row);
+      if (m + 1 < a.m)
+        mmla::store_rows(out + (m + 1) * a.out_stride + row, mmla::second_token(acc[t][g]), b.q[g0 + g], valid - row);
+    }
+  }
+}
+
+// Every token pair of the step against panel p: full token blocks, then one shorter block, each through the
+// panel's row blocks (a token block is read again from cache, not the whole step's tokens).
+void mmla_panel(const LinearArgs& a, const mmla::TokenPairs& xp, int64_t p) {
+  static_assert(4 % mmla::kGroups == 0, "row blocks tile a panel");
+  int64_t t = 0;
+  for (; t + mmla::kPairs <= xp.pairs; t += mmla::kPairs)
+    for (int g0 = 0; g0 < 4; g0 += mmla::kGroups) mmla_block<mmla::kGroups, mmla::kPairs>(a, xp, p, g0, t);
+  if (t < xp.pairs)
+    with_count<mmla::kPairs>(xp.pairs - t, [&](auto nt) {
+      for (int g0 = 0; g0 < 4; g0 += mmla::kGroups) mmla_block<mmla::kGroups, decltype(nt)::value>(a, xp, p, g0, t);
+    });
+}
+
+void run_packed_bfmmla(const LinearArgs& a, const Runtime& rt) {
+  const mmla::TokenPairs xp(static_cast<const bf16_t*>(a.x), a.x_stride, a.m, a.k);  // once per call
+  const int64_t panels = (a.n + kPanel - 1) / kPanel;
+  rt.parallel_for(panels, grain_of(panels, kPanel, a, rt), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) mmla_panel(a, xp, p);
+  });
+}
+#endif
+
+// The tile path of a step of m tokens, if any (else the pair-dot panels run it).
+enum class Tiles { None, Amx, Bfmmla };
+Tiles tiles_for(int64_t m) {
+  if (amx_ready()) return Tiles::Amx;  // every step size, so rows keep their bits whatever M
+#if defined(LLMCHAT_PANEL_BFMMLA)
+  if (m >= 2) return Tiles::Bfmmla;
+#endif
+  (void)m;
+  return Tiles::None;
+}
+
 }  // namespace
 
 void run_packed(const LinearArgs& a, const Runtime& rt) {
-  if (amx_ready()) return run_packed_amx(a, rt);  // every step size, so rows keep their bits whatever M
+  switch (tiles_for(a.m)) {
+    case Tiles::Amx: return run_packed_amx(a, rt);
+#if defined(LLMCHAT_PANEL_BFMMLA)
+    case Tiles::Bfmmla: return run_packed_bfmmla(a, rt);
+#endif
+    default: break;
+  }
   const int64_t panels = (a.n + kPanel - 1) / kPanel;
   const int64_t groups = (panels + panel::kPanels - 1) / panel::kPanels;
-  // Enough groups per task to amortise scheduling, but every thread gets panels to stream.
-  const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
-  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, 16384 / std::max<int64_t>(1, a.k * kPanel)));
-  rt.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+  rt.parallel_for(groups, grain_of(groups, kPanel, a, rt), [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t p0 = g * panel::kPanels;
       with_count<panel::kPanels>(std::min<int64_t>(panel::kPanels, panels - p0),
@@ -110,5 +200,13 @@ void run_packed(const LinearArgs& a, const Runtime& rt) {
 bool linear_packed_native() { return panel::kNative || amx_ready(); }
 
 const char* packed_isa_name() { return amx_ready() ? amx_path_name() : panel::kIsa; }
+
+const char* packed_step_path(int64_t m) {
+  switch (tiles_for(m)) {
+    case Tiles::Amx: return "amx";
+    case Tiles::Bfmmla: return "bfmmla";
+    default: return "panels";
+  }
+}
 
 }  // namespace llmchat

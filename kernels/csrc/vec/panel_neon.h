@@ -1,6 +1,7 @@
 // NEON+BF16 panel: four q registers per panel (rows 4i..4i+3 in register i), one BFDOT each per token and
 // k-pair. The 64-byte panel pair is four bfloat16x8_t, each four rows of (even, odd), which is the pair
-// layout BFDOT dots against the broadcast x pair.
+// layout BFDOT dots against the broadcast x pair. FEAT_BF16 has BFMMLA too: steps of two or more tokens run
+// its tiles over the same panels (panel_bfmmla.h, LLMCHAT_PANEL_BFMMLA), decode runs BFDOT.
 #pragma once
 #include <arm_neon.h>
 
@@ -8,10 +9,13 @@
 #include <cstring>
 
 #include "dtypes.h"
+#include "panel_bfmmla.h"
+
+#define LLMCHAT_PANEL_BFMMLA 1
 
 namespace llmchat::panel {
 
-inline constexpr const char* kIsa = "neon+bf16";
+inline constexpr const char* kIsa = "neon+bf16+bfmmla";
 inline constexpr bool kNative = true;
 // 32 q registers: 2 panels x 2 tokens x 4 accumulators + 8 weights + 1 broadcast. Two panels give a lone
 // decode token eight independent BFDOT chains (one panel's four leave it latency-bound); llvm-mca put 2x2 at
