@@ -1,11 +1,12 @@
 // Standalone test of the torch-free small-M linear (core/gemv.cpp) on the compiled ISA path, dense and
 // packed, against a plain triple loop. Built natively and cross-compiled for aarch64 by
-// test_linear_isa_builds.py. Prints "isa=<path>", "packed=<panel path>" and "ok <n> checks, <f> failed";
-// exit 1 on failure.
+// test_linear_isa_builds.py. Prints "isa=<path>", "packed=<panel path>", "packed_m1=<what a 1-token step runs>",
+// "packed_m2=<what a 2-token step runs>" and "ok <n> checks, <f> failed"; exit 1 on failure.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/gemv.h"
@@ -119,6 +120,84 @@ void check_packed_rows_any_batch(int64_t n, int64_t k) {
   }
 }
 
+// Determinism across paths (BFDOT at M = 1, BFMMLA tiles at M >= 2 on NEON+bf16): over many random shapes
+// (ragged N, every K mod 4, odd K, bias or none, 1-3 threads) each row of an M-token step has the bits of that
+// token's row computed alone. The inputs span 2^-8..2^8, so a tile whose k order or rounding differed from the
+// BFDOT chain would change low bits of many outputs.
+void check_packed_random_shapes(int count) {
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = 1 + pick(80), k = 1 + pick(200), m = 2 + pick(16);
+    const bool bias = pick(2) == 0;
+    const int threads = 1 + int(pick(3));
+    auto wide = [](size_t len) {
+      std::vector<bf16_t> v(len);
+      for (auto& e : v) e = to_bf16(uniform() * std::ldexp(1.f, int(pick(17)) - 8));
+      return v;
+    };
+    const auto x = wide(size_t(m * k)), w = wide(size_t(n * k)), b = wide(size_t(n));
+    const std::vector<bf16_t> pw = pack(w, n, k);
+    auto run = [&](int64_t first, int64_t rows, int th, std::vector<bf16_t>& out) {
+      LinearArgs a;
+      a.dtype = DType::BF16;
+      a.x = x.data() + first * k, a.x_stride = k, a.weight = pw.data(), a.packed = true;
+      a.bias = bias ? b.data() : nullptr, a.out = out.data() + first * n, a.out_stride = n;
+      a.m = rows, a.n = n, a.k = k;
+      linear_small_m(a, chunked(th));
+    };
+    std::vector<bf16_t> alone(size_t(m * n)), batched(alone.size());
+    for (int64_t t = 0; t < m; ++t) run(t, 1, 1, alone);
+    run(0, m, threads, batched);
+    ++checks;
+    for (int64_t t = 0; t < m; ++t)
+      if (std::memcmp(alone.data() + t * n, batched.data() + t * n, size_t(n) * sizeof(bf16_t)) != 0) {
+        ++failures;
+        std::printf("FAIL packed row of token %lld differs between M=1 (%s) and M=%lld (%s): n=%lld k=%lld bias=%d "
+                    "threads=%d\n", (long long)t, packed_step_path(1), (long long)m, packed_step_path(m),
+                    (long long)n, (long long)k, int(bias), threads);
+        break;
+      }
+  }
+}
+
+// The lone last k-pair (ceil(K/2) odd) must take BFDOT's one BFDotAdd, not a BFMMLA against a zero pair: row 3's
+// sum is 1.5 x 2^-126 after k-pair 0 and 1.5 x 2^-126 - 2^-125 after the lone pair 2, a negative denormal that
+// BFDotAdd flushes to -0; with a bias of -0 the output is -0 (bf16 0x8000). A padded BFMMLA would add +0 once
+// more, making +0 (0x0000) at M >= 2 only. On BFDOT/BFMMLA the -0 must be there (else the case proves nothing).
+void check_signed_zero_lone_pair() {
+  for (int64_t k : {5, 6, 9, 10}) {
+    const int64_t n = 20, m = 7, row = 3, last = 4 * (((k + 1) / 2) / 2);  // the lone pair's first k
+    auto x = random_vec<bf16_t>(size_t(m * k)), w = random_vec<bf16_t>(size_t(n * k)), b = random_vec<bf16_t>(size_t(n));
+    for (int64_t c = 0; c < k; ++c) w[size_t(row * k + c)] = bf16_t{0};
+    w[size_t(row * k)] = to_bf16(std::ldexp(1.f, -63)), w[size_t(row * k + last)] = to_bf16(std::ldexp(1.f, -63));
+    for (int64_t t = 0; t < m; ++t)
+      x[size_t(t * k)] = to_bf16(std::ldexp(1.5f, -63)), x[size_t(t * k + last)] = to_bf16(-std::ldexp(1.f, -62));
+    b[size_t(row)] = bf16_t{0x8000};
+    const std::vector<bf16_t> pw = pack(w, n, k);
+    auto run = [&](int64_t first, int64_t rows, std::vector<bf16_t>& out) {
+      LinearArgs a;
+      a.dtype = DType::BF16;
+      a.x = x.data() + first * k, a.x_stride = k, a.weight = pw.data(), a.packed = true;
+      a.bias = b.data(), a.out = out.data() + first * n, a.out_stride = n;
+      a.m = rows, a.n = n, a.k = k;
+      linear_small_m(a, chunked(2));
+    };
+    std::vector<bf16_t> alone(size_t(m * n)), batched(alone.size());
+    for (int64_t t = 0; t < m; ++t) run(t, 1, alone);
+    run(0, m, batched);
+    ++checks;
+    const bool flushes = std::string(packed_isa_name()).rfind("neon+bf16", 0) == 0;
+    for (int64_t t = 0; t < m; ++t) {
+      const uint16_t one = alone[size_t(t * n + row)].bits, many = batched[size_t(t * n + row)].bits;
+      if (one != many || (flushes && one != 0x8000)) {
+        ++failures;
+        std::printf("FAIL signed zero of a lone last k-pair: k=%lld token %lld: M=1 0x%04x, M=%lld 0x%04x\n",
+                    (long long)k, (long long)t, one, (long long)m, many);
+        break;
+      }
+    }
+  }
+}
+
 int main() {
   const int64_t shapes[][3] = {{1, 1, 1}, {1, 33, 64}, {3, 17, 31}, {5, 40, 48}, {7, 64, 100}, {13, 35, 577}, {40, 21, 96}};
   for (auto& s : shapes)
@@ -137,6 +216,9 @@ int main() {
   }
   for (int64_t n : {37, 150})  // one panel group with a ragged panel; several groups for the thread split
     for (int64_t k : {31, 577}) check_packed_rows_any_batch(n, k);
-  std::printf("isa=%s\npacked=%s\nok %d checks, %d failed\n", isa_name(), packed_isa_name(), checks, failures);
+  check_packed_random_shapes(200);
+  check_signed_zero_lone_pair();
+  std::printf("isa=%s\npacked=%s\npacked_m1=%s\npacked_m2=%s\nok %d checks, %d failed\n", isa_name(), packed_isa_name(),
+              packed_step_path(1), packed_step_path(2), checks, failures);
   return failures ? 1 : 0;
 }

@@ -2,9 +2,11 @@
 built natively (AVX-512+BF16 / AVX-512 / AVX2 / scalar) and cross-compiled for AArch64 NEON(+BF16), run under
 qemu -cpu max, checked against a plain loop (dense fp32/fp16/bf16 and packed bf16) with packed rows
 bit-identical whatever M or the thread split. Each variant must report the panel instance of vec/panel.h it
-ran: BFDOT on NEON+BF16, VDPBF16PS where AVX512-BF16 is there, the portable panel elsewhere, and AMX tiles
-(core/amx_linear.cpp) on an emulation of the tiles everywhere on x86 and on the real tiles where the host has
-them. A missing toolchain fails."""
+ran: BFDOT panels for decode and BFMMLA tiles (vec/panel_bfmmla.h) for steps of two or more tokens on NEON+BF16,
+VDPBF16PS where AVX512-BF16 is there, the portable panel elsewhere, and AMX tiles (core/amx_linear.cpp) on an
+emulation of the tiles everywhere on x86 and on the real tiles where the host has them. On NEON+BF16 the driver's
+M = 1 vs M = 2..17 comparisons over random shapes and its signed-zero case of a lone last k-pair prove the
+BFMMLA tiles take the BFDOT chain's operations, bit for bit. A missing toolchain fails."""
 from __future__ import annotations
 
 import platform
@@ -21,19 +23,30 @@ QEMU_MAX = [*QEMU, "-cpu", "max"]  # bf16 (BFDOT) whatever qemu's default CPU
 LINEAR_VARIANTS = {name: (cc, flags, QEMU_MAX if runner else runner, isa)
                    for name, (cc, flags, runner, isa) in VARIANTS.items()}
 # variant: the panel instance it must run (None: the one the built extension runs)
-PACKED = {"native": None, "avx512": "scalar", "avx2": "scalar", "scalar": "scalar", "neon+bf16": "neon+bf16",
-          "neon": "scalar", "neon+bf16 (clang)": "neon+bf16", "amx (emulated)": "amx (emulated)",
-          "amx": "avx512+bf16+amx"}
+PACKED = {"native": None, "avx512": "scalar", "avx2": "scalar", "scalar": "scalar", "neon+bf16": "neon+bf16+bfmmla",
+          "neon": "scalar", "neon+bf16 (clang)": "neon+bf16+bfmmla", "neon+bf16 (armv8.2)": "neon+bf16+bfmmla",
+          "amx (emulated)": "amx (emulated)", "amx": "avx512+bf16+amx"}
 LINEAR_VARIANTS.update({
+    # BFMMLA is FEAT_BF16's, not i8mm's: a build with bf16 alone runs the tiles too
+    "neon+bf16 (armv8.2)": ("aarch64-linux-gnu-g++", ["-march=armv8.2-a+bf16"], QEMU_MAX, "neon+bf16"),
     # the tile kernel's blocking, tails and zero padding, on an emulation that faults where the hardware would
     "amx (emulated)": ("g++", ["-DLLMCHAT_EMULATE_AMX", "-mavx2", "-mfma", "-mf16c"], [], "avx2"),
     "amx": ("g++", ["-march=sapphirerapids"], [], "avx512+bf16"),  # the real tiles, on a host that has them
 })
+NEON_BF16 = {"neon+bf16", "neon+bf16 (clang)", "neon+bf16 (armv8.2)"}
 AVX512_BF16_FLAGS = [["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"], ["-march=sapphirerapids"]]
 
 
 def native_packed_isa() -> str:
     return K.packed_isa()
+
+
+def step_paths(name: str) -> tuple[str, str]:
+    """What the variant's driver must say a 1-token and a 2-token step run (packed_step_path)."""
+    isa = PACKED[name] or native_packed_isa()
+    if "amx" in isa:
+        return "amx", "amx"
+    return "panels", "bfmmla" if isa.endswith("+bfmmla") else "panels"
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +58,25 @@ def results(tmp_path_factory):
 def test_linear_small_m_matches_plain_loop(results, name):
     assert_variant_passed(results, name, LINEAR_VARIANTS)
     assert f"packed={PACKED[name] or native_packed_isa()}\n" in results[name].stdout
+    m1, m2 = step_paths(name)
+    assert f"packed_m1={m1}\npacked_m2={m2}\n" in results[name].stdout
+    if name in NEON_BF16:  # decode on BFDOT panels, every longer step on BFMMLA tiles
+        assert (m1, m2) == ("panels", "bfmmla")
+
+
+@pytest.mark.parametrize("compiler", [["aarch64-linux-gnu-g++"], ["clang++", "--target=aarch64-linux-gnu"]], ids=lambda c: c[0])
+def test_neon_bf16_panels_compile_to_bfmmla_and_bfdot(tmp_path, compiler):
+    """With bf16 the packed panels compile to BFMMLA tiles beside the BFDOT panel (gcc and clang, bf16 alone: no
+    i8mm needed); a plain Armv8 build has neither."""
+    def asm(march: str) -> str:
+        out = tmp_path / f"packed-{march}.s"
+        built = subprocess.run([*compiler, *COMMON, f"-march={march}", "-S", str(CSRC / "core" / "packed_linear.cpp"),
+                                "-o", str(out)], capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr
+        return out.read_text()
+    with_bf16, plain = asm("armv8.2-a+bf16"), asm("armv8-a")
+    assert "bfmmla\t" in with_bf16.replace(" ", "\t") and "bfdot\t" in with_bf16.replace(" ", "\t")
+    assert "bfmmla" not in plain and "bfdot" not in plain
 
 
 @pytest.mark.parametrize("flags", AVX512_BF16_FLAGS, ids=" ".join)
