@@ -1,4 +1,6 @@
-"""kernels.linear_small_m vs torch F.linear: shapes, dtypes, bias, packed bf16 panels, threads, opcheck."""
+"""kernels.linear_small_m vs torch F.linear: shapes, dtypes, bias, packed bf16 panels, threads, opcheck; the packed
+path this build runs (packed_isa) and its rows' bits at every M (on ARM with bf16: BFDOT decode, BFMMLA tiles for
+two or more tokens)."""
 from __future__ import annotations
 
 import pytest
@@ -54,6 +56,30 @@ def test_threads_give_the_same_result(threads):
     finally:
         torch.set_num_threads(old)
     assert torch.equal(got, want)  # each output is computed by one thread in a fixed order
+
+
+# the vector path of the build -> what must run its packed panels
+PACKED_PATHS = {"neon+bf16": {"neon+bf16+bfmmla"}, "avx512+bf16": {"avx512+bf16", "avx512+bf16+amx"}}
+
+
+def test_packed_isa_names_the_path():
+    assert K.packed_isa() in PACKED_PATHS.get(K.isa(), {"scalar"}), (K.isa(), K.packed_isa())
+    assert K.packed_native() == (K.packed_isa() != "scalar")
+
+
+@pytest.mark.parametrize("n,k", [(16, 4), (37, 31), (40, 6), (21, 130), (64, 577), (5, 1), (150, 203)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_rows_have_the_same_bits_at_every_m(n, k, bias):
+    """A token's row computed alone (decode: BFDOT on ARM) has the bits it has inside every step of 2..17 tokens
+    (BFMMLA tiles on ARM with bf16): ragged N, every K mod 4, odd K."""
+    g = torch.Generator().manual_seed(n * 1000 + k)
+    x = (torch.randn(17, k, generator=g) * 4).bfloat16()
+    w, b = torch.randn(n, k, generator=g).bfloat16(), torch.randn(n, generator=g).bfloat16() if bias else None
+    packed = K.pack_linear_weight(w)
+    alone = torch.cat([K.linear_small_m(x[t:t + 1], packed, b, out_features=n) for t in range(17)])
+    for m in range(2, 18):
+        got = K.linear_small_m(x[:m], packed, b, out_features=n)
+        assert torch.equal(got.view(torch.int16), alone[:m].view(torch.int16)), f"M={m}"
 
 
 def test_strided_rows_and_out_buffer():
