@@ -35,6 +35,8 @@ VARIANTS = {
     # clang is the compiler family of macOS (Apple silicon builds with Apple clang): the arm64 path must
     # compile and pass with it too, not only with gcc
     "neon+bf16 (clang)": ("clang++", ["--target=aarch64-linux-gnu", "-march=armv8.6-a+bf16"], QEMU, "neon+bf16"),
+    # no BFDOT (Cortex-A76, Neoverse N1, Apple M1): bf16 through the widened fallback, with both compilers
+    "neon (clang)": ("clang++", ["--target=aarch64-linux-gnu", "-march=armv8-a"], QEMU, "neon"),
     # bf16 attention on AMX tiles (core/attention_amx.h): on an emulation of the tiles anywhere on x86, and on
     # the real ones where the host has them
     "amx (emulated)": ("g++", ["-DLLMCHAT_EMULATE_AMX", "-mavx2", "-mfma", "-mf16c"], [], "avx2"),

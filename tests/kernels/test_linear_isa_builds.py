@@ -24,7 +24,7 @@ LINEAR_VARIANTS = {name: (cc, flags, QEMU_MAX if runner else runner, isa)
                    for name, (cc, flags, runner, isa) in VARIANTS.items()}
 # variant: the panel instance it must run (None: the one the built extension runs)
 PACKED = {"native": None, "avx512": "scalar", "avx2": "scalar", "scalar": "scalar", "neon+bf16": "neon+bf16+bfmmla",
-          "neon": "scalar", "neon+bf16 (clang)": "neon+bf16+bfmmla", "neon+bf16 (armv8.2)": "neon+bf16+bfmmla",
+          "neon": "scalar", "neon (clang)": "scalar", "neon+bf16 (clang)": "neon+bf16+bfmmla", "neon+bf16 (armv8.2)": "neon+bf16+bfmmla",
           "amx (emulated)": "amx (emulated)", "amx": "avx512+bf16+amx"}
 LINEAR_VARIANTS.update({
     # BFMMLA is FEAT_BF16's, not i8mm's: a build with bf16 alone runs the tiles too
