@@ -48,6 +48,9 @@ OURS = [
              "float", needs=frozenset({"bf16"})),
     LoopSpec("bf16 packed panels, token block", "llmchat", "BFDOT panels", "packed_loops.cpp", "est_packed_bf16_batch",
              "float", needs=frozenset({"bf16"})),
+    # What steps of two or more tokens run there: BFMMLA tiles of 8 rows x 10 tokens over the same panels.
+    LoopSpec("bf16 packed panels, BFMMLA", "llmchat", "BFMMLA 8x10", "packed_loops.cpp", "est_packed_bf16_bfmmla",
+             "float", needs=frozenset({"bf16"})),
     LoopSpec("attention QK, D=64", "llmchat", "bf16 cache", "attention_loops.cpp", "est_qk_d64", "float"),
     LoopSpec("attention QK, D=128", "llmchat", "bf16 cache", "attention_loops.cpp", "est_qk_d128", "float"),
     LoopSpec("attention P.V, D=64", "llmchat", "bf16 cache", "attention_loops.cpp", "est_pv_d64", "float"),

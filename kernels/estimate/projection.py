@@ -46,6 +46,16 @@ MODELS = [  # from their config.json
 FORMATS = {"Q4_0": 18 / 32, "Q8_0": 34 / 32, "bf16": 2.0}
 
 
+# Where the core has bf16 the engine packs bf16 weights into 16-row panels, and a step of two or more tokens
+# (a prefill chunk) runs BFMMLA tiles over them (core/packed_linear.cpp); elsewhere prefill is the dense GEMV.
+BF16_PREFILL_PACKED = "bf16 packed panels, BFMMLA"
+
+
+def prefill_loop(fmt: str, default: str, features: frozenset) -> str:
+    """The loop table row a prefill of `fmt` weights runs on a core with `features` (default: the format's own)."""
+    return BF16_PREFILL_PACKED if fmt == "bf16" and "bf16" in features else default
+
+
 @dataclass(frozen=True)
 class Machine:
     name: str

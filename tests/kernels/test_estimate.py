@@ -33,6 +33,32 @@ def test_tile_layout_loops_are_timed_a_whole_block_a_trip():
             assert 0.005 <= est.per_mac <= 0.2, est
 
 
+def test_bfmmla_panel_block_is_timed_a_whole_block_a_trip():
+    """The BFMMLA tiles over the packed bf16 panels (packed_loops.cpp): a trip is one k-quad of the block, 8 rows x
+    10 tokens x 4 k = 20 BFMMLAs of 16 MACs, faster per MAC than the BFDOT token block it replaces for prefill;
+    V1 issues at most 4 BFMMLAs a cycle (0.0156 cycles/MAC)."""
+    ests = {e.spec.row: e for e in run_all(by_key(["neoverse-v1"]), None, only="bf16 packed panels")}
+    mmla, block = ests["bf16 packed panels, BFMMLA"], ests["bf16 packed panels, token block"]
+    assert not mmla.error and not block.error, (mmla.error, block.error)
+    assert mmla.macs == 8 * 10 * 4, mmla
+    assert 0.0156 <= mmla.per_mac < block.per_mac, (mmla, block)
+
+
+def test_matrix_instructions_count_their_multiply_accumulates():
+    assert asm_loop.macs_of("bfmmla v0.4s, v1.8h, v2.8h", "float") == 16  # 2x4 by 4x2
+    assert asm_loop.macs_of("bfdot v0.4s, v1.8h, v2.8h", "float") == 8
+    assert asm_loop.macs_of("bfmmla z0.s, z1.h, z2.h", "float", sve_bits=256) == 32
+    assert asm_loop.macs_of("smmla v0.4s, v1.16b, v2.16b", "int") == 32
+
+
+def test_bf16_prefill_runs_bfmmla_where_the_core_has_bf16():
+    from llmchat.kernels.estimate.projection import prefill_loop
+
+    assert prefill_loop("bf16", "dense", frozenset({"bf16", "i8mm"})) == "bf16 packed panels, BFMMLA"
+    assert prefill_loop("bf16", "dense", frozenset()) == "dense"  # Cortex-A76, M1: no bf16, no packing
+    assert prefill_loop("Q8_0", "tiles", frozenset({"bf16"})) == "tiles"
+
+
 def test_command_prints_cycles_per_weight():
     out = subprocess.run([sys.executable, "-m", "llmchat.kernels.estimate", "--cpu", "neoverse-v1", "--only", "bf16 GEMV"],
                          capture_output=True, text=True, timeout=600)
