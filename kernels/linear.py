@@ -8,7 +8,9 @@ bf16 weights can be packed once at load (`pack_linear_weight`) into panels of 16
 [ceil(N/16), ceil(K/2), 32]: the kernel then runs one pair-dot per 16 outputs and k-pair with no horizontal
 sums, VDPBF16PS on x86 with AVX512-BF16, four BFDOTs on ARM with bf16 (Graviton 3/4, Apple M2 and later).
 Where the CPU has AMX (Sapphire Rapids and later), the same panels are the B tiles of TDPBF16PS for every step
-size. `packed_native()` says whether packing pays off here, `packed_isa()` which path runs them.
+size; on ARM with bf16, steps of two or more tokens run BFMMLA tiles (2 rows x 2 tokens x 4 k) over the same
+panels and decode stays on BFDOT, each output taking the same operations on either, so a row's bits do not
+depend on the step size. `packed_native()` says whether packing pays off here, `packed_isa()` which path runs them.
 """
 from __future__ import annotations
 
@@ -46,7 +48,8 @@ def packed_native() -> bool:
 
 
 def packed_isa() -> str:
-    """What runs packed panels here: "avx512+bf16+amx" (AMX tiles), "avx512+bf16", "neon+bf16" or "scalar"."""
+    """What runs packed panels here: "avx512+bf16+amx" (AMX tiles), "avx512+bf16", "neon+bf16+bfmmla" (BFDOT
+    panels for one token, BFMMLA tiles for more) or "scalar"."""
     require()
     return str(torch.ops.llmchat.packed_isa())
 
