@@ -92,6 +92,35 @@ void check_rows_independent(int64_t n, int64_t k, bool packed) {
   }
 }
 
+// Determinism of the dense rows across the row-block shape: weight rows taken 1, 2, 3 or 5 at a time (the R = 1..4
+// block instances at every offset) give each output the bits of all rows at once on three threads, at every M.
+template <typename T>
+void check_dense_rows_any_block(int64_t n, int64_t k) {
+  const int64_t m = 7;  // a token block of 4 and a tail where the build blocks tokens
+  auto x = random_vec<T>(size_t(m * k)), w = random_vec<T>(size_t(n * k)), b = random_vec<T>(size_t(n));
+  auto run = [&](int64_t r0, int64_t rows, int64_t tokens, int threads, std::vector<T>& out) {
+    LinearArgs a;
+    a.dtype = dtype_of<T>();
+    a.x = x.data(), a.x_stride = k, a.weight = w.data() + r0 * k;
+    a.bias = b.data() + r0, a.out = out.data() + r0, a.out_stride = n;
+    a.m = tokens, a.n = rows, a.k = k;
+    linear_small_m(a, chunked(threads));
+  };
+  std::vector<T> all(size_t(m * n));
+  run(0, n, m, 3, all);
+  for (int64_t width : {1, 2, 3, 5})
+    for (int64_t tokens : {int64_t(1), m}) {
+      std::vector<T> part(all.size());
+      for (int64_t r0 = 0; r0 < n; r0 += width) run(r0, std::min(width, n - r0), tokens, 1, part);
+      ++checks;
+      if (std::memcmp(all.data(), part.data(), size_t(tokens * n) * sizeof(T)) != 0) {
+        ++failures;
+        std::printf("FAIL dense rows depend on the row block: rows %lld at a time, m=%lld n=%lld k=%lld dtype=%d\n",
+                    (long long)width, (long long)tokens, (long long)n, (long long)k, int(dtype_of<T>()));
+      }
+    }
+}
+
 // Determinism of the packed panels (issue 16): a row computed alone on one thread has the same bits inside
 // batches of every size 1..40 (each token-block shape and tail) on 1, 2 or 3 threads.
 void check_packed_rows_any_batch(int64_t n, int64_t k) {
@@ -213,6 +242,11 @@ int main() {
     check_rows_independent<fp16_t>(37, k, false);
     check_rows_independent<bf16_t>(37, k, false);
     check_rows_independent<bf16_t>(37, k, true);
+  }
+  for (int64_t k : {31, 64, 100, 577}) {
+    check_dense_rows_any_block<float>(13, k);
+    check_dense_rows_any_block<fp16_t>(13, k);
+    check_dense_rows_any_block<bf16_t>(13, k);
   }
   for (int64_t n : {37, 150})  // one panel group with a ragged panel; several groups for the thread split
     for (int64_t k : {31, 577}) check_packed_rows_any_batch(n, k);
