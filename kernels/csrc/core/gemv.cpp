@@ -12,7 +12,7 @@
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
+#pragma GCC optimize("fp-contract=off", "no-schedule-insns")
 #endif
 
 #include "dispatch.h"
@@ -31,25 +31,34 @@ constexpr int kTok = vec::kRegVecs >= 32 ? 4 : 1;    // tokens per block: kRows*
 // out[t, r] for rows [n0, n0 + R) and tokens [m0, m0 + MT); R <= kRows, MT <= kTok.
 template <typename T, int R, int MT>
 void block(const LinearArgs& a, int64_t n0, int64_t m0) {
-  const int64_t K = a.k, kmain = K - K % dot_step_elems<T>();
+  const int64_t K = a.k, kmain = K - K % DotStep<T>::kElems;
   const T* W = static_cast<const T*>(a.weight) + n0 * K;
   const T* X = static_cast<const T*>(a.x) + m0 * a.x_stride;
-  VecF acc[R][MT];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < MT; ++t) acc[r][t] = VecF::zero();
-  for (int64_t k = 0; k < kmain; k += dot_step_elems<T>()) {
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < MT; ++t) acc[r][t] = dot_step<T>(acc[r][t], W + r * K + k, X + t * a.x_stride + k);
+  using Step = DotStep<T>;
+  VecF acc[R * MT];  // acc[r * MT + t]: flat, indexed by constants once the loops below are unrolled
+  LLMCHAT_UNROLL for (int i = 0; i < R * MT; ++i) acc[i] = VecF::zero();
+  for (int64_t k = 0; k < kmain; k += Step::kElems) {
+    LLMCHAT_UNROLL for (int part = 0; part < Step::kElems / Step::kPart; ++part) {
+      const int64_t p = k + part * Step::kPart;
+      typename Step::X xs[MT];  // each token's part once, for every row
+      LLMCHAT_UNROLL for (int t = 0; t < MT; ++t) xs[t] = Step::load_x(X + t * a.x_stride + p);
+      LLMCHAT_UNROLL for (int r = 0; r < R; ++r)
+        LLMCHAT_UNROLL for (int t = 0; t < MT; ++t) acc[r * MT + t] = Step::madd(acc[r * MT + t], W + r * K + p, xs[t]);
+    }
+  }
+  // Each token's row sums, four rows in one reduce_add4 (absent rows add zeros), in an unrolled loop too: an
+  // accumulator indexed at run time would keep the whole array in memory.
+  float sums[MT][4];
+  const VecF z = VecF::zero();
+  LLMCHAT_UNROLL for (int t = 0; t < MT; ++t) {
+    auto row = [&](int r) { return r < R ? acc[std::min(r, R - 1) * MT + t] : z; };
+    vec::store4(sums[t], vec::reduce_add4(row(0), row(1), row(2), row(3)));
   }
   const T* bias = static_cast<const T*>(a.bias);
   T* out = static_cast<T*>(a.out) + m0 * a.out_stride + n0;
   for (int t = 0; t < MT; ++t) {
-    float sums[4];
-    VecF z = VecF::zero();
-    vec::store4(sums, vec::reduce_add4(acc[0][t], R > 1 ? acc[R > 1 ? 1 : 0][t] : z, R > 2 ? acc[R > 2 ? 2 : 0][t] : z,
-                                       R > 3 ? acc[R > 3 ? 3 : 0][t] : z));
     for (int r = 0; r < R; ++r) {
-      float s = sums[r];
+      float s = sums[t][r];
       for (int64_t k = kmain; k < K; ++k) s += to_float(W[r * K + k]) * to_float(X[t * a.x_stride + k]);
       if (bias) s += to_float(bias[n0 + r]);
       out[t * a.out_stride + r] = from_float<T>(s);

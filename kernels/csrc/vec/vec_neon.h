@@ -16,6 +16,10 @@ inline constexpr const char* kIsa = "neon";
 
 namespace neon {
 inline float32x4_t widen_bf16(uint16x4_t x) { return vreinterpretq_f32_u32(vshll_n_u16(x, 16)); }
+// The low / high four of eight bf16 as fp32: each value zipped above a zero half. ZIP issues on both SIMD pipes
+// of Cortex-A76 / Neoverse N1 where SHLL takes one, and a GEMV widens one weight register per FMA.
+inline float32x4_t widen_bf16_lo(uint16x8_t x) { return vreinterpretq_f32_u16(vzip1q_u16(vdupq_n_u16(0), x)); }
+inline float32x4_t widen_bf16_hi(uint16x8_t x) { return vreinterpretq_f32_u16(vzip2q_u16(vdupq_n_u16(0), x)); }
 inline uint16x4_t narrow_bf16(float32x4_t v) {
 #ifdef LLMCHAT_NEON_BF16
   return vreinterpret_u16_bf16(vcvt_bf16_f32(v));
@@ -39,8 +43,7 @@ struct VecF {
   static VecF load(const float* p) { return {{vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}}; }
   static VecF load(const bf16_t* p) {
     uint16x8_t a = vld1q_u16(&p[0].bits), b = vld1q_u16(&p[8].bits);
-    return {{neon::widen_bf16(vget_low_u16(a)), neon::widen_bf16(vget_high_u16(a)),
-             neon::widen_bf16(vget_low_u16(b)), neon::widen_bf16(vget_high_u16(b))}};
+    return {{neon::widen_bf16_lo(a), neon::widen_bf16_hi(a), neon::widen_bf16_lo(b), neon::widen_bf16_hi(b)}};
   }
   static VecF load(const fp16_t* p) {
     const float16_t* h = reinterpret_cast<const float16_t*>(p);
