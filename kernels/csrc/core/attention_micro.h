@@ -48,16 +48,16 @@ template <typename Dot, int NC, int R, typename T>
 inline void qk_four(const typename Dot::Q* q, int ldq, const T* k, int j, int nc, vec::Vec4* out) {
   constexpr int L = Dot::kLanes;
   const int D = nc * L;
-  VecF acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int u = 0; u < 4; ++u) acc[r][u] = VecF::zero();
-  for (int c = 0; c < (NC ? NC : nc); ++c) {
-    for (int u = 0; u < 4; ++u) {
+  VecF acc[R * 4];  // acc[r * 4 + u], flat and unrolled (vec_math.h: LLMCHAT_UNROLL) so it stays in registers
+  LLMCHAT_UNROLL for (int i = 0; i < R * 4; ++i) acc[i] = VecF::zero();
+  LLMCHAT_NO_UNROLL for (int c = 0; c < (NC ? NC : nc); ++c) {
+    LLMCHAT_UNROLL for (int u = 0; u < 4; ++u) {
       const auto kv = Dot::load_k(k + int64_t(j + u) * D + c * L);
-      for (int r = 0; r < R; ++r) acc[r][u] = Dot::madd(acc[r][u], q + r * ldq + c * L, kv);
+      LLMCHAT_UNROLL for (int r = 0; r < R; ++r) acc[r * 4 + u] = Dot::madd(acc[r * 4 + u], q + r * ldq + c * L, kv);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = vec::reduce_add4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+  LLMCHAT_UNROLL for (int r = 0; r < R; ++r)
+    out[r] = vec::reduce_add4(acc[r * 4], acc[r * 4 + 1], acc[r * 4 + 2], acc[r * 4 + 3]);
 }
 
 // S[r, j] = q_r . k_j for R rows and n keys. Full groups of 16 keys are written as one vector store,
@@ -84,7 +84,7 @@ inline void qk_rows(const typename Dot::Q* q, int ldq, const T* k, int n, int nc
   for (; j < n; ++j) {
     VecF acc[R];
     for (int r = 0; r < R; ++r) acc[r] = VecF::zero();
-    for (int c = 0; c < nc; ++c) {
+    LLMCHAT_NO_UNROLL for (int c = 0; c < nc; ++c) {  // the last keys of a run: not worth the code
       const auto kv = Dot::load_k(k + int64_t(j) * D + c * L);
       for (int r = 0; r < R; ++r) acc[r] = Dot::madd(acc[r], q + r * ldq + c * L, kv);
     }

@@ -129,7 +129,14 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   const int rows_h = t.num_q * G, rows = rows_h * t.num_heads;
   const int chunk = chunk_keys(bs);
 
-  // bf16 caches with D % 32 == 0 keep q in bf16 and scale the scores instead (no extra rounding of q).
+  // bf16 caches with D % 32 == 0 keep q unscaled and scale the scores instead (no extra rounding of q). With the
+  // native pair-dot q stays bf16; without it q is widened to fp32 once per row here and only the keys are widened
+  // per key (FloatDot: the fallback pair-dot's products in its order, vec_math.h, so the same bits).
+#ifdef LLMCHAT_NATIVE_BF16_DOT
+  constexpr bool kPairDot = true;
+#else
+  constexpr bool kPairDot = false;
+#endif
   constexpr bool kMayBf16Dot = std::is_same_v<T, bf16_t> && NC % 2 == 0;
   const bool bf16_dot = kMayBf16Dot && D % 32 == 0;
   const float score_scale = bf16_dot ? a.scale : 1.f;
@@ -155,6 +162,8 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
     }
     if (!bf16_dot)
       for (int c = 0; c < D; c += 16) (VecF::load(qr + c) * q_scale).store(q + r * D + c);
+    else if (!kPairDot)
+      for (int c = 0; c < D; c += 16) VecF::load(qr + c).store(q + r * D + c);
     for (int c = 0; c < D; c += 16) VecF::zero().store(acc + r * D + c);
     m[r] = kNegInf;
     l[r] = 0.f;
@@ -229,7 +238,7 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
       for (int i = 0; i < (on_tiles ? 0 : num_runs); ++i) {
         k_stream.plan(runs[i].n, pf);
         if constexpr (kMayBf16Dot) {
-          if (bf16_dot) qk_all<Bf16Dot, NC / 2>(s.q_bf16.data() + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);
+          if (bf16_dot && kPairDot) qk_all<Bf16Dot, NC / 2>(s.q_bf16.data() + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);
           else qk_all<FloatDot<T>, NC>(q + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);
         } else {
           qk_all<FloatDot<T>, NC>(q + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);

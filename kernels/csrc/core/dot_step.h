@@ -12,16 +12,6 @@
 
 #include "../vec/vec.h"
 
-// Full unrolling of the small loops over a register block (rows x tokens): the accumulators are then
-// named by constant indices, which both compilers keep in registers (gcc keeps an indexed array on the stack).
-#if defined(__clang__)
-#define LLMCHAT_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define LLMCHAT_UNROLL _Pragma("GCC unroll 16")
-#else
-#define LLMCHAT_UNROLL
-#endif
-
 namespace llmchat {
 
 template <typename T>

@@ -9,6 +9,8 @@
 
 // No compiler-chosen fused multiply-adds (as in quant_linear.cpp): each output's float operations are the ones
 // written, in every template instance, so a row's result does not depend on which tile shape computed it.
+// gcc: no scheduling before register allocation either, which hoists every row's loads ahead of the FMAs and
+// spills accumulators of the bf16 block on NEON.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)

@@ -1,6 +1,21 @@
 // Math built once on top of the ISA primitives: exp, sigmoid-based SiLU, rounding through a storage type.
 #pragma once
 
+// Full unrolling of the small loops over a register block (rows x tokens, rows x keys): the accumulators are
+// then named by constant indices, which both compilers keep in registers (an array indexed at run time, or in a
+// loop left rolled, stays on the stack).
+// LLMCHAT_NO_UNROLL keeps a loop around such a block rolled (its body is already as large as the registers allow).
+#if defined(__clang__)
+#define LLMCHAT_UNROLL _Pragma("unroll")
+#define LLMCHAT_NO_UNROLL _Pragma("nounroll")
+#elif defined(__GNUC__)
+#define LLMCHAT_UNROLL _Pragma("GCC unroll 16")
+#define LLMCHAT_NO_UNROLL _Pragma("GCC unroll 1")
+#else
+#define LLMCHAT_UNROLL
+#define LLMCHAT_NO_UNROLL
+#endif
+
 namespace llmchat::vec {
 
 inline constexpr int kWidth = 16;

@@ -8,10 +8,15 @@ using namespace llmchat;
 using namespace llmchat::attn;
 
 namespace {
-// What run_tile picks for a bf16 cache with D % 32 == 0: q stays bf16 (the pair-dot, BFDOT or its fallback).
+// What run_tile picks for a bf16 cache with D % 32 == 0: q stays bf16 with BFDOT; without it q is widened to
+// fp32 once per query row and only the keys are widened (FloatDot).
 template <int D>
-void qk(const bf16_t* q, int rows, const bf16_t* k, int n, float* S, Prefetch& pf) {
-  qk_all<Bf16Dot, D / 32>(q, rows, D, k, n, S, 80, pf);
+void qk(const void* q, int rows, const bf16_t* k, int n, float* S, Prefetch& pf) {
+#ifdef LLMCHAT_NATIVE_BF16_DOT
+  qk_all<Bf16Dot, D / 32>(static_cast<const bf16_t*>(q), rows, D, k, n, S, 80, pf);
+#else
+  qk_all<FloatDot<bf16_t>, D / 16>(static_cast<const float*>(q), rows, D, k, n, S, 80, pf);
+#endif
 }
 template <int D>
 void pv(const void* P, int rows, const KeyRun<bf16_t>* runs, int num_runs, float* acc, Prefetch& pf) {
@@ -23,7 +28,7 @@ void pv(const void* P, int rows, const KeyRun<bf16_t>* runs, int num_runs, float
 }
 }  // namespace
 
-extern "C" void est_qk_d64(const bf16_t* q, int rows, const bf16_t* k, int n, float* S, Prefetch& pf) { qk<64>(q, rows, k, n, S, pf); }
-extern "C" void est_qk_d128(const bf16_t* q, int rows, const bf16_t* k, int n, float* S, Prefetch& pf) { qk<128>(q, rows, k, n, S, pf); }
+extern "C" void est_qk_d64(const void* q, int rows, const bf16_t* k, int n, float* S, Prefetch& pf) { qk<64>(q, rows, k, n, S, pf); }
+extern "C" void est_qk_d128(const void* q, int rows, const bf16_t* k, int n, float* S, Prefetch& pf) { qk<128>(q, rows, k, n, S, pf); }
 extern "C" void est_pv_d64(const void* P, int rows, const KeyRun<bf16_t>* runs, int nr, float* acc, Prefetch& pf) { pv<64>(P, rows, runs, nr, acc, pf); }
 extern "C" void est_pv_d128(const void* P, int rows, const KeyRun<bf16_t>* runs, int nr, float* acc, Prefetch& pf) { pv<128>(P, rows, runs, nr, acc, pf); }
