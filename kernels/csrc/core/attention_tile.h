@@ -145,11 +145,9 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
 #else
   constexpr bool on_tiles = false;
 #endif
-#ifdef LLMCHAT_NATIVE_BF16_DOT
-  const bool bf16_pv = std::is_same_v<T, bf16_t> && D % 32 == 0;  // P rounded to bf16 for the pair-dot P.V
-#else
-  const bool bf16_pv = on_tiles;
-#endif
+  // P rounded to bf16 for the pair-dot P.V (and the tiles)
+  const bool bf16_pv = kPairDot ? std::is_same_v<T, bf16_t> && D % 32 == 0 : on_tiles;
+  const bool q_in_bf16 = bf16_dot && (kPairDot || on_tiles);  // who reads s.q_bf16
   const int ldS = on_tiles ? std::max(round_up16(chunk + bs), (chunk + 31) / 32 * 32) : round_up16(chunk + bs);
   s.reserve(rows, D, on_tiles ? round_up16(rows_h) : rows_h, ldS);
   float *q = s.q.data(), *acc = s.acc.data(), *S = s.scores.data(), *m = s.m.data(), *l = s.l.data();
@@ -158,7 +156,7 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
   for (int r = 0; r < rows; ++r) {
     const T* qr = query + row_offset(t, G, r, a.q_stride_token, a.q_stride_head);
     if constexpr (kMayBf16Dot) {
-      if (bf16_dot) std::copy(qr, qr + D, s.q_bf16.data() + r * D);
+      if (q_in_bf16) std::copy(qr, qr + D, s.q_bf16.data() + r * D);
     }
     if (!bf16_dot)
       for (int c = 0; c < D; c += 16) (VecF::load(qr + c) * q_scale).store(q + r * D + c);

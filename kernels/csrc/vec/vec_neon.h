@@ -15,7 +15,6 @@ inline constexpr const char* kIsa = "neon";
 #endif
 
 namespace neon {
-inline float32x4_t widen_bf16(uint16x4_t x) { return vreinterpretq_f32_u32(vshll_n_u16(x, 16)); }
 // The low / high four of eight bf16 as fp32: each value zipped above a zero half. ZIP issues on both SIMD pipes
 // of Cortex-A76 / Neoverse N1 where SHLL takes one, and a GEMV widens one weight register per FMA.
 inline float32x4_t widen_bf16_lo(uint16x8_t x) { return vreinterpretq_f32_u16(vzip1q_u16(vdupq_n_u16(0), x)); }
