@@ -42,8 +42,10 @@ VARIANTS = {
     "amx (emulated)": ("g++", ["-DLLMCHAT_EMULATE_AMX", "-mavx2", "-mfma", "-mf16c"], [], "avx2"),
     "amx": ("g++", ["-march=sapphirerapids"], [], "avx512+bf16"),
 }
-# the attention path each variant must report (the rest: "vector"; native: what this CPU grants)
-ATTENTION = {"amx (emulated)": "amx", "amx": "amx"}
+# the attention path each variant must report (the rest: "vector"; native: what this CPU grants); ARM with bf16
+# runs every bf16 row on BFMMLA tiles (core/attention_bfmmla.h), plain NEON keeps the vector path
+ATTENTION = {"amx (emulated)": "amx", "amx": "amx", "neon+bf16": "bfmmla", "neon+bf16 (clang)": "bfmmla",
+             "neon": "vector", "neon (clang)": "vector"}
 # x86 variant: the /proc/cpuinfo flag it needs (the AMX ones are test_linear_isa_builds.py's)
 NATIVE_X86 = {"avx512": "avx512bw", "avx2": "avx2", "scalar": "", "amx (emulated)": "avx2", "amx": "amx_bf16",
               "avx512+vnni": "avx512_vnni", "avx-vnni": "avx_vnni", "tiles vnni": "avx512_vnni",
@@ -103,7 +105,8 @@ def test_isa_path_matches_scalar_reference(results, name):
     assert_variant_passed(results, name)
     if name == "native":
         x86_amx = platform.machine() in ("x86_64", "AMD64") and "amx_bf16" in Path("/proc/cpuinfo").read_text().split()
-        want = "amx" if x86_amx else "vector"
+        arm_bf16 = "isa=neon+bf16\n" in results[name].stdout  # an ARM host with bf16 (the ARM job)
+        want = "amx" if x86_amx else "bfmmla" if arm_bf16 else "vector"
     else:
         want = ATTENTION.get(name, "vector")
     assert f"attention={want}\n" in results[name].stdout

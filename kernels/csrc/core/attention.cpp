@@ -175,6 +175,9 @@ void run(const PagedAttentionArgs& a, const Runtime& rt) {
 }  // namespace
 
 const char* attention_path_name() {
+#if defined(LLMCHAT_HAS_BFMMLA)
+  return "bfmmla";  // every bf16 row (attention_bfmmla.h)
+#endif
 #if defined(LLMCHAT_HAS_AMX)
   if (amx_ready()) return "amx";
 #endif

@@ -11,6 +11,7 @@
 
 #include "../vec/vec.h"
 #include "attention_amx.h"
+#include "attention_bfmmla.h"
 #include "attention_micro.h"
 #include "kernels.h"
 
@@ -33,6 +34,9 @@ struct Scratch {
 #if defined(LLMCHAT_HAS_AMX)
   bool amx = false;  // this thread has configured the tiles: bf16 tiles with D % 32 == 0 run on them
   amx_attn::Scratch tiles;
+#endif
+#if defined(LLMCHAT_HAS_BFMMLA)
+  mmla_attn::Scratch mmla;  // every bf16 row of an ARM build with bf16 runs on BFMMLA tiles
 #endif
   void reserve(int rows, int head_size, int score_rows, int score_stride) {
     q.resize(size_t(rows) * head_size);
@@ -139,28 +143,45 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
 #endif
   constexpr bool kMayBf16Dot = std::is_same_v<T, bf16_t> && NC % 2 == 0;
   const bool bf16_dot = kMayBf16Dot && D % 32 == 0;
-  const float score_scale = bf16_dot ? a.scale : 1.f;
+  // attention_bfmmla.h: on an ARM build with bf16, every bf16 row (any head size the engine takes, D % 16 == 0)
+  // runs QK^T and P.V on BFMMLA tiles; q stays unscaled bf16 there too.
+#if defined(LLMCHAT_HAS_BFMMLA)
+  constexpr bool kOnMmla = std::is_same_v<T, bf16_t>;
+#else
+  constexpr bool kOnMmla = false;
+#endif
+  const bool q_unscaled = bf16_dot || kOnMmla;
+  const float score_scale = q_unscaled ? a.scale : 1.f;
 #if defined(LLMCHAT_HAS_AMX)
   const bool on_tiles = bf16_dot && s.amx;  // attention_amx.h: scores and P.V in whole 16-row tiles
 #else
   constexpr bool on_tiles = false;
 #endif
   // P rounded to bf16 for the pair-dot P.V (and the tiles)
-  const bool bf16_pv = kPairDot ? std::is_same_v<T, bf16_t> && D % 32 == 0 : on_tiles;
-  const bool q_in_bf16 = bf16_dot && (kPairDot || on_tiles);  // who reads s.q_bf16
+  const bool bf16_pv = kOnMmla || (kPairDot ? std::is_same_v<T, bf16_t> && D % 32 == 0 : on_tiles);
+  const bool q_in_bf16 = !kOnMmla && bf16_dot && (kPairDot || on_tiles);  // who reads s.q_bf16
   const int ldS = on_tiles ? std::max(round_up16(chunk + bs), (chunk + 31) / 32 * 32) : round_up16(chunk + bs);
-  s.reserve(rows, D, on_tiles ? round_up16(rows_h) : rows_h, ldS);
+  // BFMMLA pairs rows: an odd rows_h reads one more P row, kept zero (the softmax writes rows < rows_h only)
+  const int score_rows = on_tiles ? round_up16(rows_h) : kOnMmla ? rows_h + rows_h % 2 : rows_h;
+  s.reserve(rows, D, score_rows, ldS);
+  if (kOnMmla && rows_h % 2) std::fill_n(s.probs_bf16.data() + size_t(rows_h) * ldS, ldS, bf16_t{});
   float *q = s.q.data(), *acc = s.acc.data(), *S = s.scores.data(), *m = s.m.data(), *l = s.l.data();
   const T* query = static_cast<const T*>(a.query);
   const VecF q_scale = VecF::set1(a.scale);
+#if defined(LLMCHAT_HAS_BFMMLA)
+  if constexpr (kOnMmla) mmla_attn::begin_queries(s.mmla, rows_h, t.num_heads, D);
+#endif
   for (int r = 0; r < rows; ++r) {
     const T* qr = query + row_offset(t, G, r, a.q_stride_token, a.q_stride_head);
     if constexpr (kMayBf16Dot) {
       if (q_in_bf16) std::copy(qr, qr + D, s.q_bf16.data() + r * D);
     }
-    if (!bf16_dot)
+#if defined(LLMCHAT_HAS_BFMMLA)
+    if constexpr (kOnMmla) mmla_attn::put_query(s.mmla, qr, r / rows_h, r % rows_h, D);
+#endif
+    if (!q_unscaled)
       for (int c = 0; c < D; c += 16) (VecF::load(qr + c) * q_scale).store(q + r * D + c);
-    else if (!kPairDot)
+    else if (!kPairDot && !kOnMmla)
       for (int c = 0; c < D; c += 16) VecF::load(qr + c).store(q + r * D + c);
     for (int c = 0; c < D; c += 16) VecF::zero().store(acc + r * D + c);
     m[r] = kNegInf;
@@ -224,6 +245,13 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
       float *acc_h = acc + r0 * D, *m_h = m + r0, *l_h = l + r0;
       const int num_runs = key_runs(head, k0, k1);
       float* Sc = S;
+#if defined(LLMCHAT_HAS_BFMMLA)
+      if constexpr (kOnMmla) {
+        k_stream.plan(nk, pf);
+        mmla_attn::qk(s.mmla, mmla_attn::head_queries(s.mmla, hi, D), rows_h, runs, num_runs, nk, D, S, ldS, pf);
+        pf.finish();
+      }
+#endif
 #if defined(LLMCHAT_HAS_AMX)
       if constexpr (std::is_same_v<T, bf16_t>) {
         if (on_tiles) {
@@ -233,7 +261,7 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
         }
       }
 #endif
-      for (int i = 0; i < (on_tiles ? 0 : num_runs); ++i) {
+      for (int i = 0; i < (on_tiles || kOnMmla ? 0 : num_runs); ++i) {
         k_stream.plan(runs[i].n, pf);
         if constexpr (kMayBf16Dot) {
           if (bf16_dot && kPairDot) qk_all<Bf16Dot, NC / 2>(s.q_bf16.data() + r0 * D, rows_h, D, runs[i].rows, runs[i].n, Sc, ldS, pf);
@@ -258,6 +286,15 @@ void run_tile(const PagedAttentionArgs& a, const Tile& t, Scratch& s, float* par
       }
       for (int i = 0; i < num_runs; ++i) runs[i].rows = vc + (runs[i].rows - kc);  // V: the same layout as K
       v_stream.plan(nk, pf);
+#if defined(LLMCHAT_HAS_BFMMLA)
+      if constexpr (kOnMmla) {  // P is zero past nk up to the padded scores, a whole 8 keys
+        pf.step(nk);
+        mmla_attn::pack_values(s.mmla, runs, num_runs, nk, D);
+        pf.finish();
+        mmla_attn::pv(s.mmla, probs, ldS, rows_h, nk, D, acc_h);
+        continue;
+      }
+#endif
 #if defined(LLMCHAT_HAS_AMX)
       if constexpr (std::is_same_v<T, bf16_t>) {
         if (on_tiles) {  // whole 32-key tiles: P is zero past the padded scores
