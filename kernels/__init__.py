@@ -2,9 +2,10 @@
 linear, quantized linear, multi-adapter LoRA).
 
 Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are its typed wrappers.
-`available()` tells whether the extension was built and loaded; `isa()` which vector path it runs.
+`available()` tells whether the extension was built and loaded; `isa()` which vector path it runs; `level()`
+which CPU level of a portable install loaded (kernels/variants.py).
 """
-from ._loader import available, isa, load_error
+from ._loader import available, isa, level, load_error
 from .linear import linear_small_m, pack_linear_weight, packed_isa, packed_native, packed_rows
 from .lora import lora_apply, pack_lora_b
 from .quant import QuantWeight, quant_isa, quant_linear, quant_rows, tiles_isa, tiles_native
@@ -37,6 +38,7 @@ __all__ = [
     "copy_blocks",
     "fused_add_rms_norm",
     "isa",
+    "level",
     "linear_small_m",
     "load_error",
     "lora_apply",

@@ -61,7 +61,10 @@ std::vector<std::string> compiled() {
   return need;
 }
 
+}  // namespace
+
 #if defined(__x86_64__) || defined(_M_X64)
+namespace {
 struct X86 {
   unsigned l1c = 0, l7b = 0, l7c = 0, l7s1a = 0;
   unsigned long long xcr0 = 0;
@@ -79,6 +82,7 @@ struct X86 {
   bool ymm() const { return (xcr0 & 0x6) == 0x6; }
   bool zmm() const { return ymm() && (xcr0 & 0xe0) == 0xe0; }
 };
+}  // namespace
 
 bool cpu_has(const std::string& f) {
   static const X86 x;
@@ -116,6 +120,8 @@ bool cpu_has(const std::string& f) {
 #else
 bool cpu_has(const std::string&) { return false; }
 #endif
+
+namespace {
 
 std::string joined(const std::vector<std::string>& names) {
   std::string out;

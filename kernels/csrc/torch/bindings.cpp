@@ -183,6 +183,15 @@ TORCH_LIBRARY_IMPL(llmchat, CPU, m) {
   m.impl("read_runs_sum", &read_runs_sum_op);
 }
 
-// Importing llmchat.kernels._C runs the static registrations above; the module itself is empty.
-static PyModuleDef llmchat_module = {PyModuleDef_HEAD_INIT, "_C", "llmchat compiled CPU kernels", -1, nullptr};
-PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&llmchat_module); }
+// Importing llmchat.kernels._C (or a portable build's _C_<level>, kernels/variants.py) runs the static
+// registrations above; the module itself is empty. Its name comes from the build (TORCH_EXTENSION_NAME).
+#ifndef TORCH_EXTENSION_NAME
+#define TORCH_EXTENSION_NAME _C
+#endif
+#define LLMCHAT_STR2(x) #x
+#define LLMCHAT_STR(x) LLMCHAT_STR2(x)
+#define LLMCHAT_INIT2(x) PyInit_##x
+#define LLMCHAT_INIT(x) LLMCHAT_INIT2(x)
+static PyModuleDef llmchat_module = {PyModuleDef_HEAD_INIT, LLMCHAT_STR(TORCH_EXTENSION_NAME),
+                                     "llmchat compiled CPU kernels", -1, nullptr};
+PyMODINIT_FUNC LLMCHAT_INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&llmchat_module); }
