@@ -64,13 +64,18 @@ void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, 
 
 // Determinism (issue 16): one sequence of L tokens; each query row computed as a decode step (alone, 1 and 4
 // threads: a split plan), inside 7-token prefill chunks and inside the full prefill gives the same bits.
+// zero_columns: the first 16 value columns are zeros of both signs, so those outputs are sums of signed zeros
+// (a tile's padding keys and a masked key must add the same).
 template <typename T>
-void check_attention_rows(int hq, int hkv, int D, int bs, int L, int window, int bpg) {
+void check_attention_rows(int hq, int hkv, int D, int bs, int L, int window, int bpg, bool zero_columns = false) {
   const int blocks = (L + bs - 1) / bs, cache_blocks = (blocks + bpg - 1) / bpg * bpg;
   std::vector<int32_t> table(blocks);
   for (int b = 0; b < blocks; ++b) table[b] = blocks - 1 - b;
   auto kc = random_vec<T>(size_t(cache_blocks) * hkv * bs * D), vc = random_vec<T>(kc.size());
   auto q = random_vec<T>(size_t(L) * hq * D);
+  if (zero_columns)
+    for (size_t r = 0; r < vc.size(); r += D)
+      for (int c = 0; c < 16; ++c) vc[r + c] = from_float<T>(uniform() * -0.f);  // -0 or +0
   auto attend = [&](int first, int n, const Runtime& rt) {  // query positions [first, first + n)
     std::vector<T> out(size_t(n) * hq * D);
     std::vector<int32_t> lens{first + n}, qsl{0, n};
@@ -103,8 +108,8 @@ void check_attention_rows(int hq, int hkv, int D, int bs, int L, int window, int
   ++checks;
   if (!same) {
     ++failures;
-    std::printf("FAIL attention rows differ between decode, chunks and prefill: hq=%d hkv=%d D=%d bs=%d window=%d bpg=%d\n",
-                hq, hkv, D, bs, window, bpg);
+    std::printf("FAIL attention rows differ between decode, chunks and prefill: hq=%d hkv=%d D=%d bs=%d window=%d bpg=%d%s\n",
+                hq, hkv, D, bs, window, bpg, zero_columns ? " (signed-zero columns)" : "");
   }
 }
 
@@ -228,6 +233,11 @@ void check_all() {
   for (int D : {64, 128}) check_attention_rows<T>(8, 2, D, 16, 600, -1, 1);
   check_attention_rows<T>(9, 3, 64, 16, 600, 100, 4);
   check_attention_rows<T>(4, 4, 64, 8, 600, -1, 4);
+  // the other head sizes of the BFMMLA tiles with odd groups (a padded row pair in every decode step), a
+  // 9-key window (chunks that some rows of a tile do not see at all) and signed-zero value columns
+  for (int D : {80, 96}) check_attention_rows<T>(9, 3, D, 16, 600, -1, 1);
+  check_attention_rows<T>(6, 2, 64, 5, 600, 9, 1, true);
+  check_attention<T>(4, 2, 64, 128, {{1, 300}, {9, 200}, {3, 131}}, -1, four);  // chunks of one 128-key block
   check_small_ops<T>();
   for (int bpg : {1, 3}) check_cache_ops<T>(bpg);
 }

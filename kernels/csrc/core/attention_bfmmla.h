@@ -23,12 +23,16 @@
 
 namespace llmchat::attn::mmla_attn {
 
-// Register blocks (llvm-mca, kernels/estimate; see attention_loops.cpp): QK 2 row pairs x 4 key pairs (8 accumulators,
-// 8 key operands, 4 query operands); P.V 2 row pairs x 8 column pairs (16 accumulators).
-inline constexpr int kQkPairs = 2, kQkKeyPairs = 4;
-inline constexpr int kPvPairs = 2, kPvColPairs = 8;
-inline constexpr int kQkKeys = 2 * kQkKeyPairs;  // keys a QK block scores: the chunk's key list is padded to them
-inline constexpr int kPvKeys = 8;                // keys a P.V step reads (two 4-key quads of each P row)
+// Register blocks, by llvm-mca cycles per MAC (kernels/estimate, clang / gcc; Neoverse V1, N2, the M2 model). Each
+// accumulator's chain is two dependent BFMMLAs a trip, so the loops are latency-bound until 16 chains are in flight:
+//   QK 4 row pairs x 4 key pairs (16 accumulators + 8 key operands + 2 query operands): V1 0.020 / 0.027, N2 0.039 /
+//   0.045; 2 x 4 0.039 / 0.055 on V1. Fewer row pairs (decode's groups): 3 x 4, 2 x 4, and 1 x 8 (half of 1 x 4).
+//   P.V 2 row pairs x 8 column pairs: V1 0.020 / 0.027, N2 0.035 / 0.039 (3 x 8 and 4 x 4 no better); one row pair
+//   takes 16 column pairs where D / 2 holds them (V1 0.022 against 0.039 for 1 x 8).
+inline constexpr int kQkPairs = 4, kQkKeyPairs = 4, kQkLoneKeyPairs = 8;
+inline constexpr int kPvPairs = 2, kPvColPairs = 8, kPvLoneColPairs = 16;
+inline constexpr int kQkKeys = 2 * kQkLoneKeyPairs;  // the chunk's key list is padded to the widest QK block
+inline constexpr int kPvKeys = 8;                    // keys a P.V step reads (two 4-key quads of each P row)
 
 struct Scratch {
   std::vector<bf16_t> q_pairs;       // [head][row pair][D / 4 quads][row 2p d0..3, row 2p+1 d0..3]
@@ -102,20 +106,30 @@ inline void qk_block(const bf16_t* q, const bf16_t* const* keys, int D, float* S
     }
 }
 
-// S[r][0, round_up(nk, kQkKeys)) for the rows_h rows of one head (q: its packed pairs) against the chunk's nk keys;
-// the entries past nk are overwritten by the caller's mask.
+// RP row pairs from row 2 p0 against the chunk's nk keys, KP key pairs at a time; the first block prefetches.
+template <int RP, int KP>
+inline void qk_rows(const Scratch& s, const bf16_t* q, int p0, int rows_h, int nk, int D, float* S, int ldS, Prefetch* pf) {
+  for (int j = 0; j < nk; j += 2 * KP) {
+    if (pf) pf->step(2 * KP);
+    qk_block<RP, KP>(q + int64_t(p0) * 2 * D, s.rows.data() + j, D, S + int64_t(2 * p0) * ldS + j, ldS, rows_h - 2 * p0);
+  }
+}
+
+// S[r][0, round_up(nk, 16)) for the rows_h rows of one head (q: its packed pairs) against the chunk's nk keys; the
+// entries past nk are overwritten by the caller's mask. Each score is its own BFMMLA chain: blocks change nothing.
 inline void qk(Scratch& s, const bf16_t* q, int rows_h, const KeyRun<bf16_t>* runs, int num_runs, int nk, int D,
                float* S, int ldS, Prefetch& pf) {
   list_rows(s, runs, num_runs, round_up(nk, kQkKeys), D);
   const int pairs = (rows_h + 1) / 2;
-  for (int j = 0; j < nk; j += kQkKeys) {
-    pf.step(kQkKeys);
-    const bf16_t* const* keys = s.rows.data() + j;
-    int p = 0;
-    for (; p + kQkPairs <= pairs; p += kQkPairs)
-      qk_block<kQkPairs, kQkKeyPairs>(q + int64_t(p) * 2 * D, keys, D, S + int64_t(2 * p) * ldS + j, ldS, rows_h - 2 * p);
-    static_assert(kQkPairs <= 2, "one remainder block");
-    if (p < pairs) qk_block<1, kQkKeyPairs>(q + int64_t(p) * 2 * D, keys, D, S + int64_t(2 * p) * ldS + j, ldS, rows_h - 2 * p);
+  int p = 0;
+  for (; p + kQkPairs <= pairs; p += kQkPairs) qk_rows<kQkPairs, kQkKeyPairs>(s, q, p, rows_h, nk, D, S, ldS, p ? nullptr : &pf);
+  Prefetch* first = p ? nullptr : &pf;
+  static_assert(kQkPairs == 4, "the remainders below");
+  switch (pairs - p) {
+    case 3: return qk_rows<3, kQkKeyPairs>(s, q, p, rows_h, nk, D, S, ldS, first);
+    case 2: return qk_rows<2, kQkKeyPairs>(s, q, p, rows_h, nk, D, S, ldS, first);
+    case 1: return qk_rows<1, kQkLoneKeyPairs>(s, q, p, rows_h, nk, D, S, ldS, first);
+    default: return;
   }
 }
 
@@ -176,15 +190,18 @@ inline void pv_block(const bf16_t* P, int ldP, const bf16_t* values, int n, int 
 // pack_values): P bf16, ldP apart, zero from nk to a whole kPvKeys; with rows_h odd, row rows_h is read (zero).
 inline void pv(const Scratch& s, const bf16_t* P, int ldP, int rows_h, int nk, int D, float* acc) {
   const int n = round_up(nk, kPvKeys), pairs = (rows_h + 1) / 2;
-  static_assert(kPvPairs <= 2, "one remainder block");
-  for (int p = 0; p < pairs; p += kPvPairs) {
-    const bf16_t* Pp = P + int64_t(2 * p) * ldP;
-    float* ap = acc + int64_t(2 * p) * D;
-    for (int e0 = 0; e0 < D / 2; e0 += kPvColPairs) {
-      if (p + kPvPairs <= pairs) pv_block<kPvPairs, kPvColPairs>(Pp, ldP, s.values.data(), n, D, e0, ap, rows_h - 2 * p);
-      else pv_block<1, kPvColPairs>(Pp, ldP, s.values.data(), n, D, e0, ap, rows_h - 2 * p);
-    }
-  }
+  static_assert(kPvPairs == 2, "one remainder pair");
+  const bf16_t* v = s.values.data();
+  int p = 0;
+  for (; p + kPvPairs <= pairs; p += kPvPairs)
+    for (int e0 = 0; e0 < D / 2; e0 += kPvColPairs)
+      pv_block<kPvPairs, kPvColPairs>(P + int64_t(2 * p) * ldP, ldP, v, n, D, e0, acc + int64_t(2 * p) * D, rows_h - 2 * p);
+  if (p == pairs) return;
+  const bf16_t* Pp = P + int64_t(2 * p) * ldP;
+  float* ap = acc + int64_t(2 * p) * D;
+  int e0 = 0;
+  for (; e0 + kPvLoneColPairs <= D / 2; e0 += kPvLoneColPairs) pv_block<1, kPvLoneColPairs>(Pp, ldP, v, n, D, e0, ap, rows_h - 2 * p);
+  for (; e0 < D / 2; e0 += kPvColPairs) pv_block<1, kPvColPairs>(Pp, ldP, v, n, D, e0, ap, rows_h - 2 * p);
 }
 
 }  // namespace llmchat::attn::mmla_attn
