@@ -55,6 +55,21 @@ OURS = [
     LoopSpec("attention QK, D=128", "llmchat", "bf16 cache", "attention_loops.cpp", "est_qk_d128", "float"),
     LoopSpec("attention P.V, D=64", "llmchat", "bf16 cache", "attention_loops.cpp", "est_pv_d64", "float"),
     LoopSpec("attention P.V, D=128", "llmchat", "bf16 cache", "attention_loops.cpp", "est_pv_d128", "float"),
+    # What a bf16 cache runs where the core has bf16 (core/attention_bfmmla.h): BFMMLA tiles for every row, the main
+    # blocks: QK a trip of 8 rows x 8 keys x 8 d, P.V 4 rows x 16 columns x 8 keys (32 BFMMLAs of 16 MACs each).
+    LoopSpec("attention QK, D=64, BFMMLA", "llmchat", "BFMMLA 8x8", "attention_loops.cpp", "est_qk_bfmmla_d64", "float",
+             needs=frozenset({"bf16"})),
+    LoopSpec("attention QK, D=128, BFMMLA", "llmchat", "BFMMLA 8x8", "attention_loops.cpp", "est_qk_bfmmla_d128", "float",
+             needs=frozenset({"bf16"})),
+    LoopSpec("attention P.V, D=64, BFMMLA", "llmchat", "BFMMLA 4x16", "attention_loops.cpp", "est_pv_bfmmla_d64", "float",
+             needs=frozenset({"bf16"})),
+    LoopSpec("attention P.V, D=128, BFMMLA", "llmchat", "BFMMLA 4x16", "attention_loops.cpp", "est_pv_bfmmla_d128", "float",
+             needs=frozenset({"bf16"})),
+    # decode's one row pair (groups of 1 or 2 query heads; with 1, half of each BFMMLA is the zero padding row)
+    LoopSpec("attention QK, D=128, BFMMLA 2 rows", "llmchat", "BFMMLA 2x16", "attention_loops.cpp",
+             "est_qk_bfmmla_pair_d128", "float", needs=frozenset({"bf16"})),
+    LoopSpec("attention P.V, D=128, BFMMLA 2 rows", "llmchat", "BFMMLA 2x32", "attention_loops.cpp",
+             "est_pv_bfmmla_pair_d128", "float", needs=frozenset({"bf16"})),
 ]
 
 QUANTS, REPACK, VEC = "arch/arm/quants.c", "arch/arm/repack.cpp", "vec.cpp"
@@ -86,6 +101,10 @@ LLAMA = [
     LoopSpec("attention QK, D=128", "llama.cpp", "f16 cache", VEC, "ggml_vec_dot_f16", "float"),
     LoopSpec("attention P.V, D=64", "llama.cpp", "f16 cache", "ours:llama_cpp_loops.cpp", "est_llama_vec_mad_f16", "float"),
     LoopSpec("attention P.V, D=128", "llama.cpp", "f16 cache", "ours:llama_cpp_loops.cpp", "est_llama_vec_mad_f16", "float"),
+    # the same loops beside our BFMMLA rows (cores with bf16), so those rows compare too
+    *(LoopSpec(f"attention {op}, D={d}, BFMMLA", "llama.cpp", "f16 cache", src, fn, "float", needs=frozenset({"bf16"}))
+      for op, src, fn in (("QK", VEC, "ggml_vec_dot_f16"), ("P.V", "ours:llama_cpp_loops.cpp", "est_llama_vec_mad_f16"))
+      for d in (64, 128)),
 ]
 
 

@@ -56,6 +56,12 @@ def prefill_loop(fmt: str, default: str, features: frozenset) -> str:
     return BF16_PREFILL_PACKED if fmt == "bf16" and "bf16" in features else default
 
 
+def attention_loop(row: str, features: frozenset) -> str:
+    """The loop table row our bf16-cache attention runs for `row` ("attention QK, D=64", ...) on a core with
+    `features`: BFMMLA tiles for every row where the core has bf16 (core/attention_bfmmla.h)."""
+    return f"{row}, BFMMLA" if "bf16" in features else row
+
+
 @dataclass(frozen=True)
 class Machine:
     name: str

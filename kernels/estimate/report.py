@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .cpus import Cpu, by_key
-from .projection import FORMATS, MODELS, Machine, prefill_loop, project
+from .projection import FORMATS, MODELS, Machine, attention_loop, prefill_loop, project
 from .run import Estimate
 
 # Which of our loops a format's decode / prefill runs, and llama.cpp's default path for it on ARM.
@@ -81,7 +81,9 @@ def projection_table(results: list[Estimate], ms: list[Machine], with_llama: boo
         qk, pv = ATTENTION[model.head_dim]
         gemv, gemm, _ = PATHS[fmt]
         if side == "llmchat":
-            gemm = prefill_loop(fmt, gemm, by_key([m.cpu_key])[0].features)
+            features = by_key([m.cpu_key])[0].features
+            gemm = prefill_loop(fmt, gemm, features)
+            qk, pv = attention_loop(qk, features), attention_loop(pv, features)
         attn = (_cpm(results, m.cpu_key, qk, side) + _cpm(results, m.cpu_key, pv, side)) / 2
         p = project(model, fmt, m, _cpm(results, m.cpu_key, gemv, side, name), _cpm(results, m.cpu_key, gemm, side, name), attn)
         return f"{p.decode_tok_s:,.0f}{p.decode_bound[0]} / {p.prefill_tok_s:,.0f}"

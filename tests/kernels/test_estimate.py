@@ -44,6 +44,21 @@ def test_bfmmla_panel_block_is_timed_a_whole_block_a_trip():
     assert 0.0156 <= mmla.per_mac < block.per_mac, (mmla, block)
 
 
+def test_bfmmla_attention_blocks_are_timed_a_whole_block_a_trip():
+    """The BFMMLA attention tiles (attention_loops.cpp, core/attention_bfmmla.h) on cores with bf16: a QK trip is
+    8 rows x 8 keys x 8 d, a P.V trip 4 rows x 16 columns x 8 keys (32 BFMMLAs of 16 MACs), faster per MAC than the
+    BFDOT loops a bf16 cache ran before; V1 issues at most 4 BFMMLAs a cycle (0.0156 cycles/MAC). The Cortex-A76
+    has no bf16: no BFMMLA rows there."""
+    ests = {(e.cpu.key, e.spec.row): e for e in run_all(by_key(["neoverse-v1", "cortex-a76"]), None, only="D=128")}
+    for op in ("QK", "P.V"):
+        mmla, vector = ests[("neoverse-v1", f"attention {op}, D=128, BFMMLA")], ests[("neoverse-v1", f"attention {op}, D=128")]
+        assert not mmla.error and not vector.error, (mmla.error, vector.error)
+        assert mmla.macs == 32 * 16, mmla
+        assert 0.0156 <= mmla.per_mac < vector.per_mac, (mmla, vector)
+        assert ("cortex-a76", f"attention {op}, D=128, BFMMLA") not in ests
+        assert not ests[("cortex-a76", f"attention {op}, D=128")].error
+
+
 def test_matrix_instructions_count_their_multiply_accumulates():
     assert asm_loop.macs_of("bfmmla v0.4s, v1.8h, v2.8h", "float") == 16  # 2x4 by 4x2
     assert asm_loop.macs_of("bfdot v0.4s, v1.8h, v2.8h", "float") == 8
@@ -57,6 +72,13 @@ def test_bf16_prefill_runs_bfmmla_where_the_core_has_bf16():
     assert prefill_loop("bf16", "dense", frozenset({"bf16", "i8mm"})) == "bf16 packed panels, BFMMLA"
     assert prefill_loop("bf16", "dense", frozenset()) == "dense"  # Cortex-A76, M1: no bf16, no packing
     assert prefill_loop("Q8_0", "tiles", frozenset({"bf16"})) == "tiles"
+
+
+def test_bf16_attention_runs_bfmmla_where_the_core_has_bf16():
+    from llmchat.kernels.estimate.projection import attention_loop
+
+    assert attention_loop("attention QK, D=64", frozenset({"bf16", "i8mm"})) == "attention QK, D=64, BFMMLA"
+    assert attention_loop("attention P.V, D=128", frozenset()) == "attention P.V, D=128"  # A76, M1: the vector loops
 
 
 def test_command_prints_cycles_per_weight():
