@@ -26,7 +26,7 @@ namespace llmchat::attn::mmla_attn {
 // Register blocks, by llvm-mca cycles per MAC (kernels/estimate, clang / gcc; Neoverse V1, N2, the M2 model). Each
 // accumulator's chain is two dependent BFMMLAs a trip, so the loops are latency-bound until 16 chains are in flight:
 //   QK 4 row pairs x 4 key pairs (16 accumulators + 8 key operands + 2 query operands): V1 0.020 / 0.027, N2 0.039 /
-//   0.045; 2 x 4 0.039 / 0.055 on V1. Fewer row pairs (decode's groups): 3 x 4, 2 x 4, and 1 x 8 (half of 1 x 4).
+//   0.045; 2 x 4 0.039 / 0.055 on V1. Fewer row pairs (decode's groups): 3 x 4, 2 x 4, and 1 x 8 (half the cycles/MAC of 1 x 4).
 //   P.V 2 row pairs x 8 column pairs: V1 0.020 / 0.027, N2 0.035 / 0.039 (3 x 8 and 4 x 4 no better); one row pair
 //   takes 16 column pairs where D / 2 holds them (V1 0.022 against 0.039 for 1 x 8).
 inline constexpr int kQkPairs = 4, kQkKeyPairs = 4, kQkLoneKeyPairs = 8;
@@ -42,7 +42,6 @@ struct Scratch {
   int pairs = 0;                     // row pairs per head
 };
 
-inline bool fits(int head_size) { return head_size % 16 == 0; }
 inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
 inline uint16x8_t load8(const bf16_t* p) { return vld1q_u16(reinterpret_cast<const uint16_t*>(p)); }
