@@ -40,7 +40,7 @@ AARCH64 = (
             "Graviton 3/4, Neoverse V1/V2/N2, Apple M2 and later"),
     Variant("armv8_2", ("-march=armv8.2-a+dotprod+fp16",), ("fp16", "dotprod"),
             "Graviton 2, Ampere Altra, Cortex-A76 (Raspberry Pi 5), Apple M1"),
-    Variant("armv8", ("-march=armv8-a",), (), "any AArch64 (Raspberry Pi 4)"),
+    Variant("armv8", ("-march=armv8-a",), (), "A64FX, any AArch64 a torch build runs on (PyPI's torch needs Armv8.2)"),
 )
 
 
