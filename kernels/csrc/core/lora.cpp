@@ -7,13 +7,17 @@
 // common serving case), else a shrink call and an expand call over finer tasks. Each h[t, r] and out
 // element is computed the same way under every plan, so a token's result does not depend on its batch.
 // h sits in a per-thread scratch buffer reused across calls (no allocation per projection).
+// bf16 on a build and CPU with matrix tiles: the same plan, each shrink and expand on lora_tiles.h's kernels.
 #include <algorithm>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "../vec/vec.h"
 #include "dispatch.h"
 #include "dot_step.h"
 #include "lora.h"
+#include "lora_tiles.h"
 
 namespace llmchat {
 namespace {
@@ -186,8 +190,27 @@ void run_chunks(const Runtime& rt, const std::vector<Task>& tasks, const std::ve
   else rt.parallel_for(parts, 1, body);
 }
 
+// Whether bf16 segments take the tiles (the build has a tile backend, and this CPU and OS grant it).
+bool tiles_ready() {
+#if defined(LLMCHAT_LORA_TILES)
+  return lora_tiles::ready();
+#else
+  return false;
+#endif
+}
+
+#if defined(LLMCHAT_LORA_TILES)
+using TileTokens = lora_tiles::Tokens;
+#else
+struct TileTokens {  // no tile backend in this build
+  explicit TileTokens(const LoraArgs&) {}
+};
+#endif
+
 template <typename T>
 void run(const LoraArgs& a, const Runtime& rt) {
+  // The rule depends on the build, the CPU and the dtype only, never on the batch.
+  const bool tiles = std::is_same_v<T, bf16_t> && tiles_ready();
   // One task per (segment, targeted slice): shrink its rank rows, then expand its columns. Needs no
   // barrier, so it is the plan whenever these tasks spread evenly over the threads (several adapters).
   std::vector<Task> slices;
@@ -210,7 +233,23 @@ void run(const LoraArgs& a, const Runtime& rt) {
   if (scratch.size() < size_t(last_end * a.rank)) scratch.resize(size_t(last_end * a.rank));
   float* h = scratch.data();
 
-  auto shrink = [&](const Segment& sg, int64_t r0, int64_t r1) {
+  std::optional<TileTokens> tile_x;  // x of every segment in the tiles' operand layout, once per call
+  if (tiles) tile_x.emplace(a);
+#if defined(LLMCHAT_LORA_TILES)
+  const int64_t row_block = tiles ? lora_tiles::kRows : kRows;
+#else
+  const int64_t row_block = kRows;
+#endif
+  auto shrink = [&](int64_t s, const Segment& sg, int64_t r0, int64_t r1) {
+#if defined(LLMCHAT_LORA_TILES)
+    if constexpr (std::is_same_v<T, bf16_t>)
+      if (tiles) {
+        for (int64_t r = r0; r < r1; r += lora_tiles::kRows)
+          lora_tiles::shrink(a, *tile_x, s, r, std::min<int64_t>(r + lora_tiles::kRows, r1), h);
+        return;
+      }
+#endif
+    (void)s;
     for (int64_t r = r0; r < r1; r += kRows) shrink_task<T>(a, sg, r, r1, h);
   };
   std::vector<int64_t> b_offset(size_t(a.num_slices) + 1);  // slice i's panels inside a slot's b
@@ -223,6 +262,13 @@ void run(const LoraArgs& a, const Runtime& rt) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t c0 = a.slice_offsets[i] + p * kLoraPanel;
       const int64_t c1 = std::min<int64_t>(c0 + kLoraPanel, a.slice_offsets[i + 1]);
+#if defined(LLMCHAT_LORA_TILES)
+      if constexpr (std::is_same_v<T, bf16_t>)
+        if (tiles) {
+          lora_tiles::expand(a, sg.start, sg.end, slice_b + p * panel_elems, ro[i], ro[i + 1], c0, c1, h);
+          continue;
+        }
+#endif
       expand_task<T>(a, sg, slice_b + p * panel_elems, panel_elems, ro[i], ro[i + 1], c0, c1, h);
     }
   };
@@ -234,7 +280,7 @@ void run(const LoraArgs& a, const Runtime& rt) {
     run_chunks(rt, slices, bounds, [&](const Task& t) {
       const Segment sg = segment_of(a, t.seg);
       const int32_t* ro = ranks_of(a, sg.slot);
-      shrink(sg, ro[t.slice], ro[t.slice + 1]);
+      shrink(t.seg, sg, ro[t.slice], ro[t.slice + 1]);
       expand(sg, t.slice, 0, end_panel(t.slice));
     });
     return;
@@ -246,8 +292,8 @@ void run(const LoraArgs& a, const Runtime& rt) {
     const Segment sg = segment_of(a, t.seg);
     const int32_t* ro = ranks_of(a, sg.slot);
     const int64_t tokens = sg.end - sg.start, cols = a.slice_offsets[t.slice + 1] - a.slice_offsets[t.slice];
-    for (int64_t r = ro[t.slice]; r < ro[t.slice + 1]; r += kRows) {
-      const int64_t r1 = std::min<int64_t>(r + kRows, ro[t.slice + 1]);
+    for (int64_t r = ro[t.slice]; r < ro[t.slice + 1]; r += row_block) {
+      const int64_t r1 = std::min<int64_t>(r + row_block, ro[t.slice + 1]);
       rows.push_back({t.seg, t.slice, int32_t(r), int32_t(r1), cost_of((r1 - r) * a.in, tokens)});
     }
     for (int64_t p = 0; p < end_panel(t.slice); ++p)
@@ -255,12 +301,19 @@ void run(const LoraArgs& a, const Runtime& rt) {
                         cost_of((ro[t.slice + 1] - ro[t.slice]) * std::min<int64_t>(kLoraPanel, cols), tokens)});
   }
   balance(rows, threads, bounds);
-  run_chunks(rt, rows, bounds, [&](const Task& t) { shrink(segment_of(a, t.seg), t.first, t.last); });
+  run_chunks(rt, rows, bounds, [&](const Task& t) { shrink(t.seg, segment_of(a, t.seg), t.first, t.last); });
   balance(panels, threads, bounds);
   run_chunks(rt, panels, bounds, [&](const Task& t) { expand(segment_of(a, t.seg), t.slice, t.first, t.last); });
 }
 
 }  // namespace
+
+const char* lora_path_name() {
+#if defined(LLMCHAT_LORA_TILES)
+  if (lora_tiles::ready()) return lora_tiles::name();
+#endif
+  return "vector";
+}
 
 void lora_apply(const LoraArgs& a, const Runtime& rt) {
   if (a.num_segments <= 0 || a.rank <= 0 || a.num_slices <= 0) return;

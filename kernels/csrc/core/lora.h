@@ -43,7 +43,12 @@ struct LoraArgs {
   int64_t num_segments = 0;
 };
 
-// The delta is summed in fp32 and added to out in fp32; out is rounded to its dtype once.
+// The delta is summed in fp32 and added to out in fp32; out is rounded to its dtype once. On a build and CPU
+// with matrix tiles (lora_path_name() not "vector"), every bf16 segment, decode included, runs shrink and expand
+// on them (core/lora_tiles.h), h rounded to bf16 before the expand: a token's delta never depends on its
+// segment's length, its batch or the thread split.
 void lora_apply(const LoraArgs& a, const Runtime& rt);
+// "amx", "amx (emulated)", "bfmmla" or "vector": the path bf16 segments take.
+const char* lora_path_name();
 
 }  // namespace llmchat

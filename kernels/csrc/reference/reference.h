@@ -124,9 +124,9 @@ inline void copy_blocks(void* const* kc, void* const* vc, int layers, const KvCa
 }
 
 // Per token: h = A_slot x (fp32), then each targeted slice's columns get h[slice ranks] . B column, added
-// to out in fp32 and rounded once.
+// to out in fp32 and rounded once. round_h: h rounded to T first (the tile paths' bf16 expand operand).
 template <typename T>
-void lora_apply(const LoraArgs& a) {
+void lora_apply(const LoraArgs& a, bool round_h = false) {
   std::vector<float> h(size_t(a.rank));
   for (int64_t s = 0; s < a.num_segments; ++s) {
     const int64_t slot = a.segments[3 * s], start = a.segments[3 * s + 1], end = a.segments[3 * s + 2];
@@ -135,7 +135,7 @@ void lora_apply(const LoraArgs& a) {
       for (int64_t r = ro[0]; r < ro[a.num_slices]; ++r) {
         float dot = 0.f;
         for (int64_t k = 0; k < a.in; ++k) dot += ld<T>(a.x, t * a.x_stride + k) * ld<T>(a.a, (slot * a.rank + r) * a.in + k);
-        h[size_t(r)] = dot;
+        h[size_t(r)] = round_h ? rnd<T>(dot) : dot;
       }
       for (int i = 0; i < a.num_slices; ++i) {
         if (ro[i + 1] <= ro[i]) continue;
