@@ -186,7 +186,8 @@ def kernel_paths() -> dict:
     from llmchat import kernels
     if not kernels.available():
         return {}
-    paths = {"vector": kernels.isa(), "bf16_projections": kernels.packed_isa(), "quantized": kernels.quant_isa()}
+    paths = {"vector": kernels.isa(), "bf16_projections": kernels.packed_isa(), "quantized": kernels.quant_isa(),
+             "bf16_lora": kernels.lora_path()}
     if kernels.tiles_native():  # weights of 16-row groups take the tile layout (kernels/quant.py)
         paths["quantized"] = f"{kernels.tiles_isa()} (tile layout), else {paths['quantized']}"
     if kernels.level():  # a portable install: which of its CPU levels runs here

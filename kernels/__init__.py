@@ -7,7 +7,7 @@ which CPU level of a portable install loaded (kernels/variants.py).
 """
 from ._loader import available, isa, level, load_error
 from .linear import linear_small_m, pack_linear_weight, packed_isa, packed_native, packed_rows
-from .lora import lora_apply, pack_lora_b
+from .lora import lora_apply, lora_path, pack_lora_b
 from .quant import QuantWeight, quant_isa, quant_linear, quant_rows, tiles_isa, tiles_native
 from .ops import (
     copy_blocks,
@@ -42,6 +42,7 @@ __all__ = [
     "linear_small_m",
     "load_error",
     "lora_apply",
+    "lora_path",
     "pack_lora_b",
     "pack_linear_weight",
     "QuantWeight",

@@ -28,6 +28,14 @@ def lora_apply(x: torch.Tensor, out: torch.Tensor, a: torch.Tensor, b: torch.Ten
     return out
 
 
+def lora_path() -> str:
+    """What runs bf16 LoRA here: "amx" (AMX tiles, where the CPU and OS grant them), "bfmmla" (ARM with bf16)
+    or "vector". On tiles every bf16 segment, decode included, takes them, with h rounded to bf16 before the
+    expand (as torch's bf16 LoRA rounds it)."""
+    require()
+    return str(torch.ops.llmchat.lora_path())
+
+
 def pack_lora_b(b: torch.Tensor, rank_offsets: torch.Tensor, slice_offsets: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Block-diagonal b [slots, R, out] -> (packed [slots, L], slice_ranks int32 [S]).

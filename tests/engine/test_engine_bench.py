@@ -28,7 +28,8 @@ def test_bench_reports_every_figure_with_a_baseline(tiny_model_dir, capsys, monk
     assert engine["cached_prefix_tokens"] > 0
     import llmchat.kernels as K
     quantized = f"{K.tiles_isa()} (tile layout), else {K.quant_isa()}" if K.tiles_native() else K.quant_isa()
-    assert report["kernel_paths"] == {"vector": K.isa(), "bf16_projections": K.packed_isa(), "quantized": quantized}
+    assert report["kernel_paths"] == {"vector": K.isa(), "bf16_projections": K.packed_isa(), "quantized": quantized,
+                                      "bf16_lora": K.lora_path()}
     assert "policy" in seen and seen["policy"] is None
 
 

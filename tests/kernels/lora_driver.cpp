@@ -15,9 +15,17 @@
 using namespace llmchat;
 using namespace llmchat::test;
 
+// Small integers as T: with them every fp32 sum below is exact, in any order.
+template <typename T> std::vector<T> int_vec(size_t n, int span) {
+  std::vector<T> v(n);
+  for (auto& e : v) e = from_float<T>(float(pick(2 * span + 1) - span));
+  return v;
+}
+
 // slices: output widths; max_rank: per-slice rank drawn in [0, max_rank] (0 = untargeted); slot 0 has none.
 template <typename T>
-void check(int64_t in, std::vector<int32_t> slices, int64_t slots, int64_t max_rank, int64_t max_seg, int threads) {
+void check(int64_t in, std::vector<int32_t> slices, int64_t slots, int64_t max_rank, int64_t max_seg, int threads,
+           bool exact = false) {
   const int S = int(slices.size());
   std::vector<int32_t> so{0};
   for (int32_t w : slices) so.push_back(so.back() + w);
@@ -42,10 +50,13 @@ void check(int64_t in, std::vector<int32_t> slices, int64_t slots, int64_t max_r
   for (int64_t s = 0; s < slots; ++s)
     for (int i = 0; i < S; ++i) caps[size_t(i)] = std::max(caps[size_t(i)], ro[size_t(s * (S + 1) + i + 1)] - ro[size_t(s * (S + 1) + i)]);
   for (auto& c : caps) c += int32_t(pick(2));
-  auto x = random_vec<T>(size_t(std::max<int64_t>(1, tokens * xs)));
-  auto a = random_vec<T>(size_t(slots * R * in));
-  auto b = random_vec<T>(size_t(slots * lora_b_offset(so.data(), caps.data(), S)));  // padding is never read
-  auto out = random_vec<T>(size_t(std::max<int64_t>(1, tokens * os)));
+  // exact: h = x . A are integers up to ~1000, so rounding h to bf16 (8 significant bits) shows, and the delta
+  // and out + delta are exact in fp32: the kernel must give the reference's bits.
+  auto x = exact ? int_vec<T>(size_t(std::max<int64_t>(1, tokens * xs)), 3) : random_vec<T>(size_t(std::max<int64_t>(1, tokens * xs)));
+  auto a = exact ? int_vec<T>(size_t(slots * R * in), 3) : random_vec<T>(size_t(slots * R * in));
+  const size_t b_elems = size_t(slots * lora_b_offset(so.data(), caps.data(), S));  // padding is never read
+  auto b = exact ? int_vec<T>(b_elems, 2) : random_vec<T>(b_elems);
+  auto out = exact ? int_vec<T>(size_t(std::max<int64_t>(1, tokens * os)), 8) : random_vec<T>(size_t(std::max<int64_t>(1, tokens * os)));
   auto want = out, start = out;
   LoraArgs args;
   args.dtype = dtype_of<T>();
@@ -69,10 +80,10 @@ void check(int64_t in, std::vector<int32_t> slices, int64_t slots, int64_t max_r
   }
   // Both round (out + delta) once; only the fp32 summation order differs (sums of ~600 products of ~1).
   const float tol = sizeof(T) == 4 ? 1e-4f : (std::is_same_v<T, bf16_t> ? 1e-2f : 2e-3f);
-  if (!(worst <= tol)) {
+  if (!(worst <= tol) || (exact && std::memcmp(out.data(), want.data(), out.size() * sizeof(T)) != 0)) {
     ++failures;
-    std::printf("FAIL in=%lld slices=%d slots=%lld max_rank=%lld tokens=%lld threads=%d: error %g\n", (long long)in, S,
-                (long long)slots, (long long)max_rank, (long long)tokens, threads, worst);
+    std::printf("FAIL in=%lld slices=%d slots=%lld max_rank=%lld tokens=%lld threads=%d exact=%d: error %g\n", (long long)in,
+                S, (long long)slots, (long long)max_rank, (long long)tokens, threads, int(exact), worst);
   }
   // Every token again in a segment of its own, on one thread: the same bits (a token's delta must not depend
   // on its segment's length or the plan; the determinism contract of every path, tiles included).
@@ -101,6 +112,15 @@ int main() {
           check<float>(in, slices, 1 + pick(5), 16, max_seg, threads);
           check<bf16_t>(in, slices, 1 + pick(5), 16, max_seg, threads);
           check<fp16_t>(in, slices, 1 + pick(5), 8, max_seg, threads);
+        }
+  // exact sums (in <= 100 keeps h and the deltas within fp32's and bf16's exact integers): bitwise to the
+  // reference, long segments included (ragged token groups, rank blocks, column quarters)
+  for (int64_t in : {7, 32, 100})
+    for (const auto& slices : slice_sets)
+      for (int64_t max_seg : {1, 5, 40})
+        for (int threads : {1, 3}) {
+          check<float>(in, slices, 1 + pick(5), 24, max_seg, threads, true);
+          check<bf16_t>(in, slices, 1 + pick(5), 24, max_seg, threads, true);
         }
   std::printf("isa=%s\nlora=%s\nok %d checks, %d failed\n", isa_name(), lora_path_name(), checks, failures);
   return failures ? 1 : 0;

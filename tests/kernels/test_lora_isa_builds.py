@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
+import llmchat.kernels as K
+
 from test_isa_builds import CSRC, VARIANTS, assert_variant_passed, build_all_variants
 
-# lora.cpp, plus elementwise.cpp for the core's runtime helpers (serial_runtime, isa_name)
-SOURCES = [str(Path(__file__).with_name("lora_driver.cpp")), *(str(CSRC / "core" / n) for n in ("lora.cpp", "elementwise.cpp"))]
+# lora.cpp, plus elementwise.cpp for the core's runtime helpers (serial_runtime, isa_name) and amx_linear.cpp for
+# the AMX grant
+SOURCES = [str(Path(__file__).with_name("lora_driver.cpp")),
+           *(str(CSRC / "core" / n) for n in ("lora.cpp", "elementwise.cpp", "amx_linear.cpp"))]
+# the bf16 LoRA path each variant must report (the rest: "vector"; native: the built extension's)
+LORA = {"amx (emulated)": "amx (emulated)", "amx": "amx", "neon+bf16": "bfmmla", "neon+bf16 (clang)": "bfmmla"}
 
 
 @pytest.fixture(scope="module")
@@ -22,3 +28,5 @@ def results(tmp_path_factory):
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_lora_apply_matches_scalar_reference(results, name):
     assert_variant_passed(results, name)
+    want = K.lora_path() if name == "native" else LORA.get(name, "vector")
+    assert f"lora={want}\n" in results[name].stdout

@@ -2,6 +2,8 @@
 // follow: slots, rank ranges, slice columns, token segments), pointers. Its own library fragment.
 #include <torch/library.h>
 
+#include <string>
+
 #include "lora_checks.h"
 
 namespace llmchat::binding {
@@ -26,12 +28,15 @@ void lora_apply_op(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, co
   lora_apply(args, torch_runtime());
 }
 
+std::string lora_path_op() { return lora_path_name(); }
+
 }  // namespace
 }  // namespace llmchat::binding
 
 TORCH_LIBRARY_FRAGMENT(llmchat, m) {
   m.def("lora_apply(Tensor x, Tensor(a!) out, Tensor a, Tensor b, Tensor rank_offsets, Tensor slice_offsets, "
         "Tensor slice_ranks, Tensor segments) -> ()");
+  m.def("lora_path() -> str", &llmchat::binding::lora_path_op);
 }
 
 TORCH_LIBRARY_IMPL(llmchat, CPU, m) { m.impl("lora_apply", &llmchat::binding::lora_apply_op); }
