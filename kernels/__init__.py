@@ -5,33 +5,52 @@ Each op is a torch custom op `torch.ops.llmchat.<name>`; the functions here are 
 `available()` tells whether the extension was built and loaded; `isa()` which vector path it runs; `level()`
 which CPU level of a portable install loaded (kernels/variants.py).
 """
-from ._loader import available, isa, level, load_error
-from .linear import linear_small_m, pack_linear_weight, packed_isa, packed_native, packed_rows
-from .lora import lora_apply, lora_path, pack_lora_b
-from .quant import QuantWeight, quant_isa, quant_linear, quant_rows, tiles_isa, tiles_native
-from .ops import (
-    copy_blocks,
-    fused_add_rms_norm,
-    paged_attention,
-    read_runs_sum,
-    read_sum,
-    rms_norm,
-    rotary_embedding,
-    silu_and_mul,
-    gelu_tanh_and_mul,
-    write_kv_cache,
-)
+if __name__ == "kernels":
+    # Imported as the top-level `kernels`: Python started in a checkout (the repo root first on sys.path) and
+    # something asked for the PyPI package of that name (transformers does). Hand it that package, not this
+    # folder, whose installed name is llmchat.kernels; without it installed, the import fails as it would anyway.
+    import importlib.machinery as _machinery
+    import importlib.util as _util
+    import os as _os
+    import sys as _sys
 
-if available():
-    from . import fake as _fake
+    _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+    _spec = _machinery.PathFinder.find_spec(
+        "kernels", [p for p in _sys.path if _os.path.abspath(p or _os.curdir) != _root])
+    if _spec is None:
+        raise ModuleNotFoundError("No module named 'kernels'", name="kernels")
+    _module = _util.module_from_spec(_spec)
+    _sys.modules["kernels"] = _module  # what the import statement returns once this file ends
+    _spec.loader.exec_module(_module)
+else:
+    from ._loader import available, isa, level, load_error
+    from .linear import linear_small_m, pack_linear_weight, packed_isa, packed_native, packed_rows
+    from .lora import lora_apply, lora_path, pack_lora_b
+    from .quant import QuantWeight, quant_isa, quant_linear, quant_rows, tiles_isa, tiles_native
+    from .ops import (
+        copy_blocks,
+        fused_add_rms_norm,
+        paged_attention,
+        read_runs_sum,
+        read_sum,
+        rms_norm,
+        rotary_embedding,
+        silu_and_mul,
+        gelu_tanh_and_mul,
+        write_kv_cache,
+    )
 
-    _fake.register()
-    from .linear import register_fake as _register_linear_fake
+    if available():
+        from . import fake as _fake
 
-    _register_linear_fake()
-    from .quant import register_fake as _register_quant_fake
+        _fake.register()
+        from .linear import register_fake as _register_linear_fake
 
-    _register_quant_fake()
+        _register_linear_fake()
+        from .quant import register_fake as _register_quant_fake
+
+        _register_quant_fake()
+
 
 __all__ = [
     "available",
