@@ -152,10 +152,12 @@ inline void shrink_block(const uint16_t* xp, int64_t stride, const uint16_t* con
                          int64_t full, bool has_tail, float* h, int64_t ld, int nr, int valid) {
   float32x4_t acc[RP][NP];
   LLMCHAT_UNROLL for (int p = 0; p < RP; ++p) LLMCHAT_UNROLL for (int q = 0; q < NP; ++q) acc[p][q] = vdupq_n_f32(0.f);
+  const uint16_t* row[2 * NP];
+  LLMCHAT_UNROLL for (int r = 0; r < 2 * NP; ++r) row[r] = rows[r];
   LLMCHAT_NO_UNROLL for (int64_t o = 0; o < full; ++o) {
     bfloat16x8_t lo[NP], hi[NP];  // rank pair q, k [8o, 8o + 4) and [8o + 4, 8o + 8)
     LLMCHAT_UNROLL for (int q = 0; q < NP; ++q) {
-      const uint16x8_t u = load8(rows[2 * q] + 8 * o), v = load8(rows[2 * q + 1] + 8 * o);
+      const uint16x8_t u = load8(row[2 * q] + 8 * o), v = load8(row[2 * q + 1] + 8 * o);
       lo[q] = low_halves(u, v), hi[q] = high_halves(u, v);
     }
     LLMCHAT_UNROLL for (int p = 0; p < RP; ++p) {
