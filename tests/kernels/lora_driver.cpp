@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/lora.h"
+#include "core/lora_tiles.h"
 #include "driver_util.h"
 #include "reference/reference.h"
 
@@ -102,6 +103,40 @@ void check(int64_t in, std::vector<int32_t> slices, int64_t slots, int64_t max_r
   }
 }
 
+#if defined(LLMCHAT_LORA_TILES)
+// The tiles' shrink alone: h (fp32, before the expand's bf16 rounding hides a last bit) of an n-token segment
+// equals, bit for bit, h of each token as its own segment, for every rank block; rows outside the segment stay.
+void check_tile_shrink(int64_t in, int64_t n, int64_t R) {
+  const int64_t slots = 2, xs = in + 1, T = n + 2;
+  auto x = random_vec<bf16_t>(size_t(T * xs));
+  auto a = random_vec<bf16_t>(size_t(slots * R * in));
+  std::vector<int32_t> ro = {0, int32_t(R), 0, int32_t(R)}, so = {0, 64}, caps = {int32_t(R)};
+  std::vector<int32_t> seg = {1, 1, int32_t(1 + n)}, single;
+  for (int32_t t = 1; t < 1 + n; ++t) single.insert(single.end(), {1, t, t + 1});
+  LoraArgs args;
+  args.dtype = DType::BF16, args.x = x.data(), args.x_stride = xs, args.a = a.data();
+  args.num_tokens = T, args.slots = slots, args.rank = R, args.in = in, args.out_features = 64;
+  args.rank_offsets = ro.data(), args.slice_offsets = so.data(), args.slice_ranks = caps.data(), args.num_slices = 1;
+  std::vector<float> whole(size_t(T * R), -1.f), alone(size_t(T * R), -2.f);
+  auto shrink_all = [&](std::vector<float>& h) {
+    lora_tiles::Tokens tokens(args);
+    for (int64_t s = 0; s < args.num_segments; ++s)
+      for (int64_t r = 0; r < R; r += lora_tiles::kRows)
+        lora_tiles::shrink(args, tokens, s, r, std::min<int64_t>(R, r + lora_tiles::kRows), h.data());
+  };
+  args.segments = seg.data(), args.num_segments = 1;
+  shrink_all(whole);
+  args.segments = single.data(), args.num_segments = n;
+  shrink_all(alone);
+  ++checks;
+  if (std::memcmp(whole.data() + R, alone.data() + R, size_t(n * R) * sizeof(float)) != 0 || whole[0] != -1.f ||
+      whole[size_t((n + 1) * R)] != -1.f) {
+    ++failures;
+    std::printf("FAIL tile shrink in=%lld tokens=%lld rank=%lld\n", (long long)in, (long long)n, (long long)R);
+  }
+}
+#endif
+
 int main() {
   rng_state = 0x2545f4914f6cdd1dull;
   const std::vector<std::vector<int32_t>> slice_sets = {{48}, {48, 16, 16}, {33, 5, 70}, {64, 64}, {1, 130}, {100, 28, 28}};
@@ -122,6 +157,11 @@ int main() {
           check<float>(in, slices, 1 + pick(5), 24, max_seg, threads, true);
           check<bf16_t>(in, slices, 1 + pick(5), 24, max_seg, threads, true);
         }
+#if defined(LLMCHAT_LORA_TILES)
+  for (int64_t in : {7, 20, 100, 576})
+    for (int64_t n = 1; n <= 19; ++n)
+      for (int64_t R : {1, 3, 8, 13, 16, 21}) check_tile_shrink(in, n, R);
+#endif
   std::printf("isa=%s\nlora=%s\nok %d checks, %d failed\n", isa_name(), lora_path_name(), checks, failures);
   return failures ? 1 : 0;
 }

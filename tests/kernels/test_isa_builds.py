@@ -48,7 +48,7 @@ ATTENTION = {"amx (emulated)": "amx", "amx": "amx", "neon+bf16": "bfmmla", "neon
              "neon": "vector", "neon (clang)": "vector"}
 # x86 variant: the /proc/cpuinfo flag it needs (the AMX ones are test_linear_isa_builds.py's)
 NATIVE_X86 = {"avx512": "avx512bw", "avx2": "avx2", "scalar": "", "amx (emulated)": "avx2", "amx": "amx_bf16",
-              "avx512+vnni": "avx512_vnni", "avx-vnni": "avx_vnni", "tiles vnni": "avx512_vnni",
+              "amx (emulated, asan)": "avx2", "avx512+vnni": "avx512_vnni", "avx-vnni": "avx_vnni", "tiles vnni": "avx512_vnni",
               "tiles amx (emulated)": "avx512_vnni"}
 TOOLS = {"g++": "g++", "aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu", "qemu-aarch64": "qemu-user", "clang++": "clang"}
 
