@@ -23,11 +23,15 @@ def random_stack(rng: random.Random, g: torch.Generator, slots: int, in_f: int, 
 
 
 def reference(x, out, a, b, rank_offsets, slice_offsets, segments):
-    """The definition, in float64: only each slice's own rank rows and columns of B are used."""
+    """The definition, in float64: only each slice's own rank rows and columns of B are used. Where bf16 runs on
+    matrix tiles (K.lora_path() is not "vector"), h is rounded to bf16 before the expand, as the tiles round it."""
     want = out.double().clone()
+    round_h = x.dtype == torch.bfloat16 and K.lora_path() != "vector"
     for slot, start, end in segments.tolist():
         ro = rank_offsets[slot].tolist()
         h = x[start:end].double() @ a[slot].double().T
+        if round_h:
+            h = h.to(torch.bfloat16).double()
         for i in range(len(ro) - 1):
             c0, c1 = int(slice_offsets[i]), int(slice_offsets[i + 1])
             if ro[i + 1] > ro[i]:
