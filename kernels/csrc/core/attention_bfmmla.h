@@ -21,6 +21,8 @@
 #define LLMCHAT_HAS_BFMMLA 1
 #include <arm_neon.h>
 
+#include "../vec/bfmmla_zip.h"
+
 namespace llmchat::attn::mmla_attn {
 
 // Register blocks, by llvm-mca cycles per MAC (kernels/estimate, clang / gcc; Neoverse V1, N2, the M2 model). Each
@@ -45,18 +47,7 @@ struct Scratch {
 inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
 inline uint16x8_t load8(const bf16_t* p) { return vld1q_u16(reinterpret_cast<const uint16_t*>(p)); }
-inline bfloat16x8_t low_halves(uint16x8_t a, uint16x8_t b) {  // [a 0..3, b 0..3]
-  return vreinterpretq_bf16_u64(vzip1q_u64(vreinterpretq_u64_u16(a), vreinterpretq_u64_u16(b)));
-}
-inline bfloat16x8_t high_halves(uint16x8_t a, uint16x8_t b) {  // [a 4..7, b 4..7]
-  return vreinterpretq_bf16_u64(vzip2q_u64(vreinterpretq_u64_u16(a), vreinterpretq_u64_u16(b)));
-}
-inline float32x4_t first_rows(float32x4_t a, float32x4_t b) {  // row 0 of two 2x2 results side by side
-  return vreinterpretq_f32_u64(vzip1q_u64(vreinterpretq_u64_f32(a), vreinterpretq_u64_f32(b)));
-}
-inline float32x4_t second_rows(float32x4_t a, float32x4_t b) {
-  return vreinterpretq_f32_u64(vzip2q_u64(vreinterpretq_u64_f32(a), vreinterpretq_u64_f32(b)));
-}
+using bfmmla::first_rows, bfmmla::high_halves, bfmmla::low_halves, bfmmla::second_rows;
 
 // Sizes the query pairs of a tile (rows_h rows per head, num_heads heads) with the padding rows zero.
 inline void begin_queries(Scratch& s, int rows_h, int num_heads, int D) {

@@ -30,6 +30,8 @@
 #define LLMCHAT_LORA_TILES 1
 #include <arm_neon.h>
 
+#include "../vec/bfmmla_zip.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -49,18 +51,7 @@ inline const char* name() { return "bfmmla"; }
 namespace detail {
 inline uint16x8_t load8(const void* p) { return vld1q_u16(static_cast<const uint16_t*>(p)); }
 inline bfloat16x8_t bf(uint16x8_t v) { return vreinterpretq_bf16_u16(v); }
-inline bfloat16x8_t low_halves(uint16x8_t a, uint16x8_t b) {  // [a 0..3, b 0..3]
-  return vreinterpretq_bf16_u64(vzip1q_u64(vreinterpretq_u64_u16(a), vreinterpretq_u64_u16(b)));
-}
-inline bfloat16x8_t high_halves(uint16x8_t a, uint16x8_t b) {  // [a 4..7, b 4..7]
-  return vreinterpretq_bf16_u64(vzip2q_u64(vreinterpretq_u64_u16(a), vreinterpretq_u64_u16(b)));
-}
-inline float32x4_t first_rows(float32x4_t a, float32x4_t b) {  // row 0 of two 2x2 results side by side
-  return vreinterpretq_f32_u64(vzip1q_u64(vreinterpretq_u64_f32(a), vreinterpretq_u64_f32(b)));
-}
-inline float32x4_t second_rows(float32x4_t a, float32x4_t b) {
-  return vreinterpretq_f32_u64(vzip2q_u64(vreinterpretq_u64_f32(a), vreinterpretq_u64_f32(b)));
-}
+using bfmmla::first_rows, bfmmla::high_halves, bfmmla::low_halves, bfmmla::second_rows;
 // The first n (0..4) floats of v to p.
 inline void store_floats(float* p, float32x4_t v, int n) {
   if (n >= 4) return vst1q_f32(p, v);
