@@ -17,6 +17,7 @@ import torch
 from llmchat.kernels.quant import QuantWeight
 
 from .gguf_blocks import BLOCKS, DENSE, dense, repack, unsupported
+from .gguf_file import GGUFFile, GGUFFormatError
 
 TOP_LEVEL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
              "output.weight": "lm_head.weight"}
@@ -43,11 +44,10 @@ class GGUFError(ValueError):
     """A GGUF file that cannot be read as a model, with a message fit for the user."""
 
 
-def open_reader(path: Path):
-    from gguf import GGUFReader
+def open_reader(path: Path) -> GGUFFile:
     try:
-        return GGUFReader(str(path))
-    except Exception:  # the gguf package raises numpy/struct errors on junk or truncation: say what it means
+        return GGUFFile(Path(path))
+    except (GGUFFormatError, UnicodeDecodeError, ValueError, OverflowError, MemoryError):
         raise GGUFError(unreadable_message(Path(path))) from None
 
 
@@ -63,14 +63,9 @@ def unreadable_message(path: Path) -> str:
             "download or copy it again")
 
 
-def field(reader, key: str):
-    f = reader.fields.get(key)
-    if f is None or not f.data:
-        return None
-    part = f.parts[f.data[0]]
-    if f.types and f.types[0].name == "STRING":
-        return bytes(part).decode("utf-8", errors="replace")
-    return part.tolist()[0] if hasattr(part, "tolist") else part
+def field(reader: GGUFFile, key: str):
+    """A metadata value (a number, a str, or an array), or None where the file has no such key."""
+    return reader.field(key)
 
 
 def hf_name(name: str, arch: str = "llama") -> str | None:
@@ -95,15 +90,15 @@ def tensor_types(reader) -> dict[str, int]:
     """GGUF type name -> how many tensors of the file have it."""
     counts: dict[str, int] = {}
     for t in reader.tensors:
-        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+        counts[t.type_name] = counts.get(t.type_name, 0) + 1
     return counts
 
 
 def check_types(reader) -> None:
     """Refuse a file with a tensor type the engine cannot run, before any weight is read."""
     for t in reader.tensors:
-        if t.tensor_type.name not in DENSE and t.tensor_type.name not in BLOCKS:
-            raise unsupported(t.tensor_type.name, t.name)
+        if t.type_name not in DENSE and t.type_name not in BLOCKS:
+            raise unsupported(t.type_name, t.name)
 
 
 def read_tensors(reader, config: dict, arch: str) -> Iterator[tuple[str, torch.Tensor | QuantWeight, int]]:
@@ -117,8 +112,8 @@ def read_tensors(reader, config: dict, arch: str) -> Iterator[tuple[str, torch.T
             continue
         shape = [int(s) for s in t.shape]            # ggml order: shape[0] is the row length
         cols, rows = shape[0], int(np.prod(shape[1:])) if len(shape) > 1 else 0
-        raw = np.asarray(t.data).view(np.uint8)
-        type_name = t.tensor_type.name
+        raw = _read(reader, t)
+        type_name = t.type_name
         value = dense(type_name, raw, rows, cols) if type_name in DENSE else repack(type_name, raw, rows, cols, t.name)
         if arch in PERMUTED_ARCHS and (".q_proj." in name or ".k_proj." in name):
             order = _unpermute(value.shape[0] if isinstance(value, torch.Tensor) else value.n,
@@ -127,3 +122,10 @@ def read_tensors(reader, config: dict, arch: str) -> Iterator[tuple[str, torch.T
         if arch in NORMS_PLUS_ONE and name.endswith("norm.weight") and isinstance(value, torch.Tensor):
             value = value - 1.0    # as transformers' Gemma GGUF loader does
         yield name, value, int(t.n_bytes)
+
+
+def _read(reader: GGUFFile, tensor) -> np.ndarray:
+    try:
+        return reader.read(tensor)
+    except (GGUFFormatError, OSError):   # cut short or gone since it was opened
+        raise GGUFError(unreadable_message(reader.path)) from None

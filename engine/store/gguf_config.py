@@ -3,7 +3,6 @@ only in part (phi3: partial rotary and LongRoPE, whose factors are tensors; gemm
 read from the file's metadata the way llama.cpp writes it. Other families keep transformers' reader."""
 from __future__ import annotations
 
-import numpy as np
 
 FAMILY_ARCHS = ("granite", "smollm3", "phi3", "gemma3")
 GEMMA3_LOCAL_ROPE_BASE = 10000.0   # llama.cpp does not store it: every Gemma 3 uses 10000
@@ -11,10 +10,8 @@ GEMMA3_WINDOW_PATTERN = 6          # nor this: one global layer after five local
 
 
 def _tensor(reader, name: str) -> list[float] | None:
-    for t in reader.tensors:
-        if t.name == name:
-            return np.asarray(t.data, dtype=np.float32).reshape(-1).tolist()
-    return None
+    values = reader.read_floats(name)
+    return None if values is None else values.reshape(-1).tolist()
 
 
 def family_config(reader, arch: str):
@@ -32,7 +29,7 @@ def family_config(reader, arch: str):
     heads = int(get("attention.head_count"))
     hidden = int(get("embedding_length"))
     common = dict(
-        vocab_size=int(get("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].data)),
+        vocab_size=int(get("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"])),
         hidden_size=hidden, intermediate_size=int(get("feed_forward_length")),
         num_hidden_layers=int(get("block_count")), num_attention_heads=heads,
         num_key_value_heads=int(get("attention.head_count_kv", heads)),
