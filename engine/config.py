@@ -63,6 +63,10 @@ class EngineConfig:
     # (KL ~1e-7 against them dequantized), for ~10-25% of the speed; False: 8-bit, as the other kinds and
     # llama.cpp. LLMCHAT_Q8_WIDE=0.
     q8_wide_activations: bool = field(default_factory=lambda: _env_switch("LLMCHAT_Q8_WIDE", 1) != 0)
+    # A GGUF model's quantized weights, as the kernels run them, kept in a cache file (LLMCHAT_CACHE_DIR or the
+    # platform's cache dir) and read back on the next start instead of repacked (engine/quant/prepared_cache.py).
+    # LLMCHAT_PREPARED_CACHE=0 turns it off as well.
+    prepared_cache: bool = True
     # Models with full and sliding-window layers keep the window layers' KV for the window only, in a pool of
     # its own (hybrid_blocks.py); False: one pool, every layer's KV for the whole context. LLMCHAT_WINDOW_KV=0.
     window_kv: bool = field(default_factory=lambda: _env_switch("LLMCHAT_WINDOW_KV", 1) != 0)

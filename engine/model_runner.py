@@ -48,7 +48,8 @@ class ModelRunner:
                                      load_progress, quantize=config.quantize, deterministic=config.deterministic,
                                      small_m_max=config.small_m_max, pack_bf16=config.pack_bf16,
                                      decoder_stack=config.decoder_stack, quant_tiles=config.quant_tiles,
-                                     q8_wide_activations=config.q8_wide_activations)
+                                     q8_wide_activations=config.q8_wide_activations,
+                                     prepared_cache=config.prepared_cache)
         self.key_caches: list[torch.Tensor] = []
         self.value_caches: list[torch.Tensor] = []
         self.num_blocks = 0

@@ -11,6 +11,21 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import make_model  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache_dir(tmp_path_factory):
+    """Prepared GGUF weights (engine/quant/prepared_cache.py) go to a folder of this test session, not the
+    user's cache: tests see cold loads first, and nothing outlives the run."""
+    import os
+    folder = tmp_path_factory.mktemp("llmchat-cache")
+    previous = os.environ.get("LLMCHAT_CACHE_DIR")
+    os.environ["LLMCHAT_CACHE_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("LLMCHAT_CACHE_DIR", None)
+    else:
+        os.environ["LLMCHAT_CACHE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A function arch -> folder of a tiny random model, built once per session."""

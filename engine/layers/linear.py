@@ -132,7 +132,15 @@ class Linear(nn.Module):
             del self.weight
             self.register_parameter("weight", None)
         self.__dict__["_quant_op"] = torch.ops.llmchat.quant_linear if kernels is not None else None
-        self._set_runs(self.quantized_runs())
+        self._set_runs(self.__dict__.pop("_prepared_runs", None) or self.quantized_runs())
+
+    def attach_prepared_runs(self, runs: list[tuple[int, QuantWeight]]) -> None:
+        """Runs as a cold load left them (engine/quant/prepared_cache.py): finalize takes them as they are."""
+        self.__dict__["_prepared_runs"] = runs
+        for i, size in enumerate(self.output_sizes):
+            for start, w in runs:
+                if start <= self.slice_offsets[i] < start + w.n:
+                    self.quantized[i] = w
 
     def _set_runs(self, runs: list[tuple[int, QuantWeight]]) -> None:
         """The op calls of these runs; `quantized` becomes per-slice views of them (no second copy)."""
@@ -151,6 +159,10 @@ class Linear(nn.Module):
 
     def quantized_run_weights(self) -> list[QuantWeight]:
         return [w for _, _, w, _, _ in self.__dict__.get("_quant_calls", [])]
+
+    def quantized_run_calls(self) -> list[tuple[int, QuantWeight]]:
+        """(first output column, weight) of each op call."""
+        return [(start, w) for start, _, w, _, _ in self.__dict__.get("_quant_calls", [])]
 
     def run_tileable(self, index: int) -> bool:
         """Whether run `index` may take the tile layout: 16-row groups, and every slice of it starts on one

@@ -259,6 +259,8 @@ class CausalLM(nn.Module):
         table and head) changes once. On x86 a Q8_0 model (every quantized weight Q8) runs at 16-bit
         activations unless q8_wide is False: it was chosen for quality; a Q8 table or tensor inside a 4/5-bit
         model keeps the 8-bit ones it was chosen for."""
+        if self.__dict__.get("_weights_prepared"):
+            return   # attached from a prepared-weights file: already tiled, in huge pages
         layers = [m for m in self.modules() if isinstance(m, Linear) and m.is_quantized]
         table = self.quantized_embedding
         unique, tileable = {}, {}

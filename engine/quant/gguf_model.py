@@ -16,6 +16,7 @@ from llmchat.kernels.quant import QuantWeight
 
 from ..layers.linear import Linear
 from .gguf_tensors import GGUFError, field, open_reader, read_tensors
+from .prepared_cache import PreparedCache
 
 
 def _materialize(model: nn.Module, name: str, dtype: torch.dtype) -> torch.Tensor:
@@ -30,22 +31,29 @@ def _materialize(model: nn.Module, name: str, dtype: torch.dtype) -> torch.Tenso
 
 
 def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[str], tuple[str, int | None]],
-                      progress: Callable[[int, int], None] | None = None) -> None:
+                      progress: Callable[[int, int], None] | None = None,
+                      prepared: PreparedCache | None = None) -> bool:
     """Fill `model` (a CausalLM on meta) from the GGUF at `path`; target maps a Hugging Face name to the engine
-    parameter and fused slice (model_loader._target). progress(bytes read, file bytes)."""
+    parameter and fused slice (model_loader._target). progress(bytes read, file bytes). prepared: where the
+    quantized weights may already lie in the kernels' layout; True when they came from there (then only the
+    file's dense tensors are read)."""
     reader = open_reader(path)
     arch = field(reader, "general.architecture")
     total = sum(int(t.n_bytes) for t in reader.tensors)
-    done, seen = 0, set()
+    from_cache = prepared is not None and prepared.load(
+        model, progress and (lambda done, size: progress(int(done / size * total * 0.95), total)))
+    done, seen = (int(total * 0.95) if from_cache else 0), set()
     params = dict(model.named_parameters())
-    for hf, value, nbytes in read_tensors(reader, model.args.config, arch):
+    for hf, value, nbytes in read_tensors(reader, model.args.config, arch, quantized=not from_cache):
         name, index = target(hf)
         if name == "lm_head.weight":
             model.args.tie_word_embeddings = False   # the file has its own output head
-        if name not in params:
+        if name not in params and not (value is None and name == "model.embed_tokens.weight"):
             raise GGUFError(f"{path.name}: tensor for {hf} has no place in a {model.args.architecture} model")
         owner = model.get_submodule(name.rpartition(".")[0])
-        if isinstance(value, QuantWeight):
+        if value is None:
+            pass   # quantized, attached from the prepared-weights file
+        elif isinstance(value, QuantWeight):
             if isinstance(owner, Linear) and name.endswith(".weight"):
                 for i, part in _slices(owner, index, value):
                     owner.set_quantized(i, part)
@@ -62,10 +70,11 @@ def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[s
                                 f"{tuple(dest.shape)}")
             dest.copy_(value)
         seen.add((name, index))
-        done += nbytes
+        done += nbytes if value is not None else 0
         if progress is not None:
             progress(min(done, total), total)
     _check_complete(model, seen, path)
+    return from_cache
 
 
 def _slices(owner: Linear, index: int | None, value: QuantWeight) -> list[tuple[int | None, QuantWeight]]:

@@ -101,8 +101,10 @@ def check_types(reader) -> None:
             raise unsupported(t.type_name, t.name)
 
 
-def read_tensors(reader, config: dict, arch: str) -> Iterator[tuple[str, torch.Tensor | QuantWeight, int]]:
-    """(Hugging Face name, dense tensor or QuantWeight, bytes in the file) for every weight of the file."""
+def read_tensors(reader, config: dict, arch: str, quantized: bool = True
+                 ) -> Iterator[tuple[str, torch.Tensor | QuantWeight | None, int]]:
+    """(Hugging Face name, dense tensor or QuantWeight, bytes in the file) for every weight of the file;
+    quantized=False: block-quantized tensors are not read, their value is None."""
     check_types(reader)
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
@@ -112,8 +114,11 @@ def read_tensors(reader, config: dict, arch: str) -> Iterator[tuple[str, torch.T
             continue
         shape = [int(s) for s in t.shape]            # ggml order: shape[0] is the row length
         cols, rows = shape[0], int(np.prod(shape[1:])) if len(shape) > 1 else 0
-        raw = _read(reader, t)
         type_name = t.type_name
+        if not quantized and type_name not in DENSE:
+            yield name, None, int(t.n_bytes)
+            continue
+        raw = _read(reader, t)
         value = dense(type_name, raw, rows, cols) if type_name in DENSE else repack(type_name, raw, rows, cols, t.name)
         if arch in PERMUTED_ARCHS and (".q_proj." in name or ".k_proj." in name):
             order = _unpermute(value.shape[0] if isinstance(value, torch.Tensor) else value.n,

@@ -1,0 +1,242 @@
+"""The quantized weights of a GGUF model as the kernels run them, kept in a cache file for the next start.
+
+A cold GGUF load reads every block, repacks it (engine/quant/gguf_blocks.py), reorders it into the tile layout
+and moves it into one huge-page buffer (CausalLM._quantized_for_kernels): seconds of numpy and torch work on a
+1 GB file. That buffer depends only on the file and on this build's layouts, so it is written once, byte for
+byte, with a manifest of which projection runs on which bytes; the next start reads it back with one read into
+a fresh huge-page buffer and attaches the same weights, skipping the repacking. The bits are the ones a cold
+load makes (tests compare them).
+
+A file is used only when its identity matches everything that shapes those bytes: the GGUF file (path, size,
+mtime), the layout version below, the kernels' level and tile paths, and the load switches. It is written under
+a temporary name and renamed, so a reader never sees half a file; one whose size or manifest does not add up is
+deleted with a log line and the load goes on cold. Old files beyond the budget are evicted, least recently used
+first. LLMCHAT_PREPARED_CACHE=0 (or EngineConfig.prepared_cache=False) turns it off.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from llmchat.kernels.memory import huge_page_buffer
+from llmchat.kernels.quant import QuantWeight
+
+from ..layers.linear import Linear
+
+log = logging.getLogger(__name__)
+
+LAYOUT_VERSION = 1          # bump whenever QuantWeight's layouts or the tile orders change
+MAGIC = b"LLMCPREP"
+HEADER = struct.Struct("<8sQI")   # magic, manifest bytes, manifest crc32
+DATA_ALIGN = 4096
+READ_CHUNK = 64 << 20
+BUDGET_BYTES = 8 << 30      # at most this much of prepared files, or a tenth of the free disk if less
+
+
+def cache_dir() -> Path:
+    """LLMCHAT_CACHE_DIR (`~` expanded), else the platform's user cache dir; prepared weights in prepared/."""
+    override = os.environ.get("LLMCHAT_CACHE_DIR")
+    if override:
+        return Path(override).expanduser() / "prepared"
+    from platformdirs import user_cache_dir
+    return Path(user_cache_dir("llmchat")) / "prepared"
+
+
+def enabled(requested: bool) -> bool:
+    return requested and os.environ.get("LLMCHAT_PREPARED_CACHE", "1").strip() not in ("0", "off", "false")
+
+
+def identity(gguf: Path, kernels, tiles: bool, q8_wide: bool) -> dict:
+    stat = gguf.stat()
+    paths = {}
+    if kernels is not None:
+        paths = {"level": kernels.level(), "tiles": kernels.tiles_isa(), "quant": kernels.quant_isa()}
+    return {"layout": LAYOUT_VERSION, "file": str(gguf.resolve()), "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns, "kernels": paths, "tiles": tiles, "q8_wide": q8_wide}
+
+
+class PreparedCache:
+    """One model's prepared-weights file: `load(model)` attaches its weights (True) or finds none (False);
+    `save(model)` writes them after a cold load."""
+
+    def __init__(self, ident: dict, folder: Path | None = None):
+        self.identity = ident
+        key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
+        self.path = (folder or cache_dir()) / f"{key}.bin"
+
+    # reading -----------------------------------------------------------------------------------------------
+    def load(self, model, progress: Callable[[int, int], None] | None = None) -> bool:
+        """Attach the cached weights to `model` (its quantized projections and token table), or return False
+        (no file, or a bad one, deleted). Call after the dense tensors are loaded, before finish_init."""
+        try:
+            with open(self.path, "rb", buffering=0) as handle:
+                manifest, data_start = self._read_header(handle)
+                buffer = self._read_data(handle, data_start, manifest["nbytes"], progress)
+            os.utime(self.path)   # recently used: the last to be evicted
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except (OSError, ValueError, KeyError) as exc:
+            self._discard(f"unreadable ({exc})")
+            return False
+        weights = [_weight_from(entry, buffer) for entry in manifest["weights"]]
+        for name, runs in manifest["linears"].items():
+            model.get_submodule(name).attach_prepared_runs([(start, weights[i]) for start, i in runs])
+        if manifest["embedding"] is not None:
+            model.set_quantized_embedding(weights[manifest["embedding"]])
+        model.__dict__["_weights_prepared"] = True
+        return True
+
+    def _read_header(self, handle) -> tuple[dict, int]:
+        head = handle.read(HEADER.size)
+        if len(head) != HEADER.size:
+            raise ValueError("cut short")
+        magic, length, crc = HEADER.unpack(head)
+        text = handle.read(length)
+        if magic != MAGIC or len(text) != length or zlib.crc32(text) != crc:
+            raise ValueError("bad header")
+        manifest = json.loads(text)
+        if manifest.get("identity") != self.identity:
+            raise ValueError("identity differs")
+        data_start = _aligned(HEADER.size + length)
+        if os.fstat(handle.fileno()).st_size != data_start + manifest["nbytes"]:
+            raise ValueError("size differs from its manifest")
+        return manifest, data_start
+
+    @staticmethod
+    def _read_data(handle, start: int, nbytes: int, progress) -> torch.Tensor:
+        buffer = huge_page_buffer(nbytes)
+        view, done = memoryview(buffer.numpy()), 0
+        handle.seek(start)
+        while done < nbytes:
+            got = handle.readinto(view[done:done + READ_CHUNK])
+            if not got:
+                raise ValueError("cut short")
+            done += got
+            if progress is not None:
+                progress(done, nbytes)
+        return buffer
+
+    def _discard(self, why: str) -> None:
+        log.warning("prepared weights %s: %s; discarded, loading from the GGUF file", self.path.name, why)
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+
+    # writing -----------------------------------------------------------------------------------------------
+    def save(self, model) -> None:
+        """Write the model's prepared quantized weights (after finish_init); any failure only logs."""
+        try:
+            manifest, blob = _manifest(model)
+        except ValueError as exc:   # weights not in one buffer: nothing to gain from a file
+            log.debug("prepared weights not cached: %s", exc)
+            return
+        if blob is None:
+            return
+        manifest["identity"] = self.identity
+        text = json.dumps(manifest).encode()
+        tmp = self.path.with_name(f"{self.path.stem}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _evict(self.path.parent, blob.nbytes)
+            with open(tmp, "wb") as handle:
+                handle.write(HEADER.pack(MAGIC, len(text), zlib.crc32(text)) + text)
+                handle.write(bytes(_aligned(HEADER.size + len(text)) - HEADER.size - len(text)))
+                handle.write(memoryview(blob.numpy()))
+            os.replace(tmp, self.path)
+        except OSError as exc:   # a full disk or a read-only cache: the next start loads cold, as this one did
+            log.warning("prepared weights not cached in %s: %s", self.path.parent, exc.strerror or exc)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+
+def _aligned(n: int) -> int:
+    return (n + DATA_ALIGN - 1) // DATA_ALIGN * DATA_ALIGN
+
+
+def _manifest(model) -> tuple[dict, torch.Tensor | None]:
+    """(manifest, the bytes every quantized weight lies in) of a finished model; (…, None) if it has none."""
+    linears = {name: m.quantized_run_calls() for name, m in model.named_modules()
+               if isinstance(m, Linear) and m.is_quantized}
+    table = model.quantized_embedding
+    unique: dict[int, QuantWeight] = {}
+    for runs in linears.values():
+        for _, w in runs:
+            unique.setdefault(id(w), w)
+    if table is not None:
+        unique.setdefault(id(table), table)
+    if not unique:
+        return {}, None
+    tensors = [t for w in unique.values() for t in w.present()]
+    storage = tensors[0].untyped_storage()
+    if any(t.untyped_storage().data_ptr() != storage.data_ptr() or not t.is_contiguous() for t in tensors):
+        raise ValueError("quantized weights are not in one buffer")
+    base = min(t.data_ptr() for t in tensors)
+    end = max(t.data_ptr() + t.nbytes for t in tensors)
+    whole = torch.empty(0, dtype=torch.uint8).set_(storage)
+    blob = whole[base - storage.data_ptr():end - storage.data_ptr()]
+    index = {key: i for i, key in enumerate(unique)}
+    manifest = {
+        "nbytes": end - base,
+        "weights": [_weight_entry(w, base) for w in unique.values()],
+        "linears": {name: [[start, index[id(w)]] for start, w in runs] for name, runs in linears.items()},
+        "embedding": None if table is None else index[id(table)],
+        "written": time.time(),
+    }
+    return manifest, blob
+
+
+def _weight_entry(w: QuantWeight, base: int) -> dict:
+    return {"kind": w.kind, "source": w.source, "min_offset": w.min_offset, "tiled": w.tiled,
+            "wide": w.wide_activations, "has_mins": w.mins is not None, "has_high": w.high is not None,
+            "tensors": [[t.data_ptr() - base, str(t.dtype).removeprefix("torch."), list(t.shape)]
+                        for t in w.present()]}
+
+
+def _weight_from(entry: dict, buffer: torch.Tensor) -> QuantWeight:
+    tensors = []
+    for offset, dtype, shape in entry["tensors"]:
+        dtype = getattr(torch, dtype)
+        numel = 1
+        for s in shape:
+            numel *= s
+        nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+        if offset < 0 or offset + nbytes > buffer.numel():
+            raise ValueError("a tensor lies outside the data")
+        tensors.append(buffer[offset:offset + nbytes].view(dtype).view(shape))
+    it = iter(tensors)
+    values, scales = next(it), next(it)
+    mins = next(it) if entry["has_mins"] else None
+    high = next(it) if entry["has_high"] else None
+    return QuantWeight(entry["kind"], values, scales, mins, high, entry["source"], entry["min_offset"],
+                       entry["tiled"], entry["wide"])
+
+
+def _evict(folder: Path, incoming: int) -> None:
+    """Delete the least recently used prepared files until `incoming` more bytes fit the budget."""
+    try:
+        free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+    except (OSError, AttributeError):
+        free = BUDGET_BYTES * 10
+    budget = min(BUDGET_BYTES, max(incoming, free // 10))
+    files = sorted(folder.glob("*.bin"), key=lambda p: p.stat().st_mtime)
+    total = sum(p.stat().st_size for p in files) + incoming
+    for path in files:
+        if total <= budget:
+            break
+        total -= path.stat().st_size
+        path.unlink(missing_ok=True)
+    for stale in folder.glob("*.tmp"):   # a writer that died; anything older than an hour is not in progress
+        if time.time() - stale.stat().st_mtime > 3600:
+            stale.unlink(missing_ok=True)
