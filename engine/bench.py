@@ -2,6 +2,11 @@
 TTFT cold vs on a cached 1k-token prefix, resident memory; the same workload through transformers'
 generate as the baseline, reported as ratios. Shared machines are noisy: compare figures of one run.
 
+Beside them: the machine's read bandwidth (the kernels benchmark's probe, best of a few sums over a large buffer),
+the weight bytes one decode step reads, and decode's share of that roof (tok/s x bytes per token / bandwidth,
+gpt-fast's "bandwidth achieved"); with `llama_bench` (a path to llama.cpp's llama-bench) llama.cpp's own figures
+on the same GGUF file and the ratios llmchat / llama.cpp (engine/bench_llama.py).
+
 The baseline runs in its own process with OpenMP's default settings: transformers relies on OpenMP, and
 the `llmchat` command makes OpenMP threads wait passively (good for llmchat, ~20% slower for transformers).
 """
@@ -117,13 +122,19 @@ def transformers_baseline(model_path, dtype: str, sessions: list[int], new_token
 
 def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 64, prompt_len: int = 32,
         prefix_len: int = 1024, kv_cache_gb: float = 1.0, baseline: bool = True, llamacpp: bool = True,
-        **engine_kwargs) -> dict:
+        llama_bench=None, bandwidth_mib: int = 1024, **engine_kwargs) -> dict:
+    """llama_bench: path of llama.cpp's llama-bench binary, run on the same GGUF file after llmchat's figures;
+    bandwidth_mib: size of the read-bandwidth probe's buffer (0: no probe, no % of roof)."""
+    from . import bench_llama
     from .model_loader import gguf_source
+    gguf = gguf_source(model_path)
+    if llama_bench is not None:   # before minutes of loading and measuring: a wrong path fails at once
+        llama_bench = bench_llama.check_binary(llama_bench)
+        bench_llama.check_gguf(str(model_path), gguf)
     rss0 = psutil.Process().memory_info().rss
     llm = LLM(model_path, dtype=dtype, kv_cache_gb=kv_cache_gb, **engine_kwargs)
     runner = llm.engine.runner
     weights = runner.model.weight_bytes()
-    gguf = gguf_source(model_path)
     result = {
         "model": str(model_path), "dtype": str(runner.dtype).replace("torch.", ""),
         "weights": _weights_label(runner.model, gguf, engine_kwargs.get("quantize")),
@@ -141,9 +152,21 @@ def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 
         result["memory_mb"]["file"] = gguf.stat().st_size / MB
         result["memory_mb"]["over_file_plus_kv"] = (rss - gguf.stat().st_size) / MB - llm.metrics().kv_cache_gb * 1024
         _quantized_figures(result, llm, gguf, Path(model_path), new_tokens, prompt_len, prefix_len, llamacpp)
+    result["decode_bytes_per_token"] = decode_bytes_per_token(runner.model)
     vocab = llm.engine.vocab_size
     del llm, runner
     gc.collect()
+    if bandwidth_mib > 0:
+        result["bandwidth"] = read_bandwidth(bandwidth_mib)
+    if llama_bench is not None:
+        try:
+            result["llama_bench"] = bench_llama.run(llama_bench, gguf, result["threads"], prefix_len, new_tokens,
+                                                    env=baseline_env())
+            e, lb = result["engine"], result["llama_bench"]
+            result["ratio_vs_llama_bench"] = {k: e[k] / lb[k] for k in ("decode_tok_s_1", "prefill_tok_s")}
+        except bench_llama.LlamaBenchError as exc:   # llmchat's figures stand; the report says what failed
+            result["llama_bench"] = {"error": str(exc)}
+    _roof(result)
     if baseline and gguf is None:
         hf = transformers_baseline(model_path, result["dtype"], list(sessions), new_tokens, prompt_len, prefix_len,
                                    vocab)
@@ -152,6 +175,63 @@ def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 
             k: result["engine"][k] / v if "tok_s" in k else v / result["engine"][k]
             for k, v in hf.items() if k in result["engine"] and result["engine"][k]}
     return result
+
+
+def read_bandwidth(mib: int = 1024, passes: int = 3) -> dict:
+    """Sequential read GB/s of this machine now: the best of `passes` sums over a `mib` MiB fp32 buffer (torch's
+    sum and the kernels' vector-load read_sum, the faster one: llmchat.kernels.bench.ReadProbe), torch's sum alone
+    without the kernels."""
+    from llmchat import kernels
+    if kernels.available():
+        from llmchat.kernels.bench import ReadProbe
+        probe = ReadProbe(mib)
+        gbps = probe(passes)
+        del probe
+        return {"read_gbps": gbps, "probe_mib": mib, "passes": passes, "reader": "best of torch sum, read_sum"}
+    x = torch.ones(mib << 18, dtype=torch.float32)
+    x.sum()
+    best = float("inf")
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t0)
+    return {"read_gbps": x.nbytes / best / 1e9, "probe_mib": mib, "passes": passes, "reader": "torch sum"}
+
+
+def decode_bytes_per_token(model) -> int:
+    """Weight bytes one decode step reads: the weights as held in memory (model.weight_bytes: quantized blocks,
+    panels, dense tensors), less an input-embedding table that decode only looks one row up in, i.e. one the
+    lm_head does not stream itself (tied quantized tables and tied dense heads without panels do)."""
+    from .layers.linear import Linear
+    total = model.weight_bytes()
+    head = getattr(model, "lm_head", None)
+    table = getattr(model, "quantized_embedding", None)
+    embed = getattr(getattr(getattr(model, "model", None), "embed_tokens", None), "weight", None)
+    table_tensors = list(table.tensors()) if table is not None else [embed] if embed is not None else []
+    if not isinstance(head, Linear) or not table_tensors:
+        return total
+    if head.quantized:
+        head_reads = [t for w in head.quantized.values() for t in w.tensors()]
+    else:
+        head_reads = [t for t in (head.small_m_weight if head.small_m_weight is not None else head.weight,)
+                      if t is not None]
+    head_storages = {t.untyped_storage().data_ptr() for t in head_reads}
+    if any(t.untyped_storage().data_ptr() in head_storages for t in table_tensors):
+        return total
+    return total - sum(t.nbytes for t in table_tensors)
+
+
+def _roof(result: dict) -> None:
+    """Decode's share of the read roof: tok/s x bytes per token / bandwidth, llmchat's and llama-bench's (its
+    model_size: the file's tensor bytes)."""
+    bw = result.get("bandwidth", {}).get("read_gbps")
+    if not bw:
+        return
+    roof = {"llmchat": result["engine"]["decode_tok_s_1"] * result["decode_bytes_per_token"] / (bw * 1e9)}
+    lb = result.get("llama_bench", {})
+    if "decode_tok_s_1" in lb and lb.get("model_size"):
+        roof["llama_bench"] = lb["decode_tok_s_1"] * lb["model_size"] / (bw * 1e9)
+    result["roof"] = roof
 
 
 def _weights_label(model, gguf, quantize) -> str:
@@ -197,9 +277,12 @@ def kernel_paths() -> dict:
 
 def format_report(r: dict) -> str:
     e, hf, ratio = r["engine"], r.get("transformers", {}), r.get("ratio_vs_transformers", {})
+    lb = r.get("llama_bench") if "error" not in r.get("llama_bench", {"error": None}) else None
+    lb_ratio = r.get("ratio_vs_llama_bench", {})
     lines = [f"llmchat bench: {r['model']} ({r['dtype']}, attention={r['attention_backend']}, "
              f"{r['threads']} threads, KV cache {r['kv_cache_gb']:.2f} GiB; weights: {r.get('weights', 'dense')})",
-             f"{'figure':<28}{'llmchat':>12}{'transformers':>14}{'ratio':>9}"]
+             f"{'figure':<28}{'llmchat':>12}{'transformers':>14}{'ratio':>9}"
+             + (f"{'llama-bench':>13}{'ratio':>9}" if lb else "")]
     if r.get("kernel_paths"):
         lines.insert(1, "kernels: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in r["kernel_paths"].items()))
     rows = [("decode tok/s, 1 session", "decode_tok_s_1")]
@@ -209,7 +292,11 @@ def format_report(r: dict) -> str:
     for label, key in rows:
         theirs = f"{hf[key]:.3f}" if key in hf and key.startswith("ttft") else (f"{hf[key]:.1f}" if key in hf else "-")
         mine = f"{e[key]:.3f}" if key.startswith("ttft") else f"{e[key]:.1f}"
-        lines.append(f"{label:<28}{mine:>12}{theirs:>14}{(f'{ratio[key]:.2f}x' if key in ratio else '-'):>9}")
+        line = f"{label:<28}{mine:>12}{theirs:>14}{(f'{ratio[key]:.2f}x' if key in ratio else '-'):>9}"
+        if lb:
+            anchor = f"{lb[key]:.1f}" if key in lb_ratio else "-"
+            line += f"{anchor:>13}{(f'{lb_ratio[key]:.2f}x' if key in lb_ratio else '-'):>9}"
+        lines.append(line)
     lines.append(f"cached-prefix TTFT / cold TTFT: {e['ttft_cached_over_cold']:.1%} "
                  f"({e['cached_prefix_tokens']} prompt tokens from the cache)")
     lc = r.get("llamacpp")
@@ -219,6 +306,10 @@ def format_report(r: dict) -> str:
         ratio = r["ratio_vs_llamacpp"]
         lines.append(f"llama.cpp, same file: decode {lc['decode_tok_s_1']:.1f} tok/s (llmchat {ratio['decode_tok_s_1']:.2f}x), "
                      f"prefill {lc['prefill_tok_s']:.1f} tok/s (llmchat {ratio['prefill_tok_s']:.2f}x)")
+    if r.get("llama_bench") is not None:
+        lines.append(_llama_bench_line(r["llama_bench"], r.get("prefix_len"), r.get("new_tokens")))
+    if "decode_bytes_per_token" in r:
+        lines.append(_roof_line(r))
     for who, q in (("llmchat", r.get("quality")), ("llama.cpp", (lc or {}).get("quality"))):
         if q:
             lines.append(f"quality vs fp32 dequantized ({who}, {q['positions']} positions): KL {q['kl_divergence']:.5f}, "
@@ -230,3 +321,26 @@ def format_report(r: dict) -> str:
     lines.append(f"resident {m['resident']:.0f} MB = weights {m['weights']:.0f} MB + KV budget {m['kv_budget']:.0f} MB "
                  f"+ {m['over_weights_plus_kv']:.0f} MB other (Python, torch, tokenizer)")
     return "\n".join(lines)
+
+
+def _llama_bench_line(lb: dict, prefix_len, new_tokens) -> str:
+    if "error" in lb:
+        return f"llama-bench: not measured ({lb['error']})"
+    build = f"build {lb['build_number']} ({lb['build_commit']})" if "build_number" in lb else "its build"
+    pp, tg = lb["pp"], lb["tg"]
+    return (f"llama-bench, same file, {build}, {lb.get('n_threads', '?')} threads: pp{pp['tokens']} "
+            f"{pp['avg_ts']:.1f} +- {pp['stddev_ts']:.1f} tok/s, tg{tg['tokens']} {tg['avg_ts']:.1f} +- "
+            f"{tg['stddev_ts']:.1f} tok/s ({tg['repetitions']} runs each); ratios above are llmchat / llama-bench")
+
+
+def _roof_line(r: dict) -> str:
+    per_token = r["decode_bytes_per_token"] / MB
+    per_token = f"{per_token:.0f}" if per_token >= 100 else f"{per_token:.2f}"
+    bw, roof = r.get("bandwidth"), r.get("roof", {})
+    if not bw:
+        return f"decode reads {per_token} MB of weights per token (read bandwidth not measured)"
+    line = (f"read bandwidth {bw['read_gbps']:.1f} GB/s (best of {bw['passes']} sums over {bw['probe_mib']} MiB); "
+            f"decode reads {per_token} MB of weights per token: llmchat at {roof['llmchat']:.0%} of that roof")
+    if "llama_bench" in roof:
+        line += f", llama-bench {roof['llama_bench']:.0%} ({r['llama_bench']['model_size'] / MB:.0f} MB of tensors)"
+    return line

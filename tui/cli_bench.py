@@ -17,7 +17,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--kv-cache-gb", type=float, default=1.0)
     p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--no-baseline", action="store_true", help="skip the transformers and llama.cpp baselines")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="skip the transformers and llama-cpp-python baselines (not --llama-bench)")
+    p.add_argument("--llama-bench", metavar="PATH", default=None,
+                   help="llama.cpp's llama-bench binary: run it on the same GGUF file (-p PREFIX -n TOKENS, the same "
+                        "threads) and print its tok/s and the ratios llmchat / llama.cpp")
+    p.add_argument("--bandwidth-mib", type=int, default=1024, metavar="MIB",
+                   help="buffer of the read-bandwidth probe behind the %% of roof figure (0: skip it)")
     p.add_argument("--quantize", choices=["q8_0", "q4_0", "q4_k"], default=None,
                    help="quantize a 16/32-bit model at load and measure that")
     p.add_argument("--context", type=int, nargs="+", default=None, metavar="N",
@@ -43,6 +49,12 @@ def run(args: argparse.Namespace) -> int:
             return status
     if not args.model:
         raise ValueError("give a MODEL_PATH (or --kernels alone)")
+    if args.llama_bench:
+        other = [f"--{m}" for m in ("serve", "determinism", "context", "lora") if getattr(args, m)]
+        if other:
+            raise ValueError(f"--llama-bench goes with the plain bench (decode, prefill), not with {other[0]}")
+        from llmchat.engine.bench_llama import check_binary
+        check_binary(args.llama_bench)   # before the model is resolved and loaded
     if args.serve:
         from llmchat.engine.server.bench import run_cli as run_serve_bench
         from llmchat.tui.cli_run import _resolve
@@ -73,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_bench(_resolve(args.model), dtype=args.dtype, sessions=args.sessions, new_tokens=args.tokens,
                        prefix_len=args.prefix, kv_cache_gb=args.kv_cache_gb, baseline=not args.no_baseline,
                        attention_backend=args.attention_backend, num_threads=args.threads,
-                       llamacpp=not args.no_baseline, quantize=args.quantize)
+                       llamacpp=not args.no_baseline, quantize=args.quantize, llama_bench=args.llama_bench,
+                       bandwidth_mib=args.bandwidth_mib)
     print(json.dumps(result, indent=2) if args.json else format_report(result))
-    return 0
+    return 1 if "error" in result.get("llama_bench", {}) else 0   # llmchat's figures printed, the anchor failed
