@@ -44,16 +44,17 @@ def quant_label(reader) -> str:
 def write_metadata(path: Path, out: Path, dtype: str | None, reader, stem: str) -> None:
     """config.json, tokenizer files and generation_config.json from the GGUF metadata, into `out`; dtype: the
     config's dtype (None: the engine chooses). Raises GGUFError if a tensor does not fit the config."""
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import GenerationConfig
 
     from llmchat.engine.quant.gguf_tensors import field
 
     from .gguf_config import FAMILY_ARCHS, family_config
+    from .gguf_hf import hf_config, hf_tokenizer
     arch = field(reader, "general.architecture")
     head_dim = field(reader, f"{arch}.attention.key_length")
     config = family_config(reader, arch)
     if config is None:
-        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        config = hf_config(reader)
         if head_dim:   # transformers does not map attention.key_length; Qwen3's config default (128) is not always it
             config.head_dim = head_dim
     config.architectures = [ARCHITECTURES.get(config.model_type) or ARCHITECTURES[arch]]   # a llama file may be mistral
@@ -67,13 +68,9 @@ def write_metadata(path: Path, out: Path, dtype: str | None, reader, stem: str) 
     from llmchat.engine.model_loader import _target, read_config
     from llmchat.engine.quant.gguf_model import check_shapes
     check_shapes(reader, read_config(out), path, _target)
-    # AutoTokenizer reads the config through transformers' GGUF reader first, which refuses granite and smollm3;
-    # the tokenizer itself is built from the same metadata by the same builders either way
-    if arch in FAMILY_ARCHS:
-        from transformers import PreTrainedTokenizerFast
-        tok = PreTrainedTokenizerFast.from_pretrained(str(path.parent), gguf_file=path.name)
-    else:
-        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    # transformers' GGUF reader refuses granite and smollm3: those take the generic class; the tokenizer itself
+    # is built from the same metadata by the same builders either way
+    tok = hf_tokenizer(path, None if arch in FAMILY_ARCHS else config.model_type)
     tok.save_pretrained(out)
     GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
                      pad_token_id=getattr(config, "pad_token_id", None)).save_pretrained(out)
