@@ -25,8 +25,9 @@ _request_ids = itertools.count()
 
 class AsyncEngine:
     def __init__(self, model_path, load_progress=None, **kwargs):
-        """kwargs: EngineConfig fields. load_progress(bytes done, bytes in all) is called while the weights
-        are read and prepared (on the constructing thread; see model_loader.LoadProgress)."""
+        """model_path: a model folder, a .gguf file or a library name (as LLM); kwargs: EngineConfig fields.
+        load_progress(bytes done, bytes in all) is called while the weights are read and prepared (on the
+        constructing thread; see model_loader.LoadProgress)."""
         self.engine = LLMEngine(build_config(model_path, kwargs), load_progress)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()   # ("add", seq, sink) | ("abort", id) | ("stop",)
         self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields
+from pathlib import Path
 
 from .config import EngineConfig
 from .llm_engine import LLMEngine
@@ -11,17 +12,29 @@ from .outputs import RequestOutput
 from .sampling_params import SamplingParams
 
 
+def model_folder(model_path) -> Path:
+    """A model folder as given; a .gguf file or a library name through the model store's one rule
+    (store.resolve_model), so every name that works in `llmchat run` works here."""
+    path = Path(model_path).expanduser()
+    if path.is_dir():
+        return path
+    from .store import resolve_model   # the store is a room beside the core, loaded only for such names
+    return resolve_model(model_path)
+
+
 def build_config(model_path, kwargs: dict) -> EngineConfig:
-    """EngineConfig from keyword arguments, with a clear error for a misspelt one."""
+    """EngineConfig from keyword arguments, with a clear error for a misspelt one; a checked option never waits
+    behind a registration, so the options come first."""
     known = {f.name for f in fields(EngineConfig)} - {"model_path"}
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise ValueError(f"unknown engine option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    return EngineConfig(model_path=model_path, **kwargs)
+    return EngineConfig(model_path=model_folder(model_path), **kwargs)
 
 
 class LLM:
-    """`LLM(model_path, dtype=..., kv_cache_gb=..., enable_prefix_caching=True, **EngineConfig fields)`."""
+    """`LLM(model, dtype=..., kv_cache_gb=..., enable_prefix_caching=True, **EngineConfig fields)`; model: a
+    folder, a .gguf file (registered in place in the library) or a library name."""
 
     def __init__(self, model_path, load_progress=None, **kwargs):
         self.engine = LLMEngine(build_config(model_path, kwargs), load_progress)

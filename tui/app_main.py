@@ -4,22 +4,23 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .engines import resolve_model
+from llmchat.engine.store import ModelStore, resolve_model
+
 from .paths import data_dir
 
 
 def prepare_model(model: str) -> str:
-    """Check `--model` before the screen opens; a .gguf file is imported into the library first."""
+    """Check `--model` before the screen opens (a wrong name is one line, not a screen) and return what the
+    session names it by. A .gguf file is registered in place here, once (its weights stay in the file), and
+    named by its library name; the app loads it once, when the session first uses it."""
     from llmchat.engine.remote import is_remote, split_remote
     if is_remote(model):
         split_remote(model)   # ValueError when malformed; the endpoint is checked when the session uses it
         return model
     path = Path(model).expanduser()
-    if path.suffix == ".gguf" and path.is_file():
-        from llmchat.engine.store import ModelStore
-        print(f"llmchat: importing {path.name} (GGUF) into the library…", file=sys.stderr)
-        imported = ModelStore(data_dir=data_dir()).import_path(path)
-        return imported.name
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        print(f"llmchat: registering {path.name} in the library (in place)…", file=sys.stderr)
+        return ModelStore(data_dir=data_dir()).import_path(path).name
     resolve_model(model, data_dir())    # FileNotFoundError / StoreError with a clear message
     return str(path.resolve()) if path.exists() else model
 

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from llmchat.engine.chat_templates import KNOWN_TEMPLATES, NoChatTemplateError
+from llmchat.engine.store import resolve_model
 
 
 def add_parser(subparsers) -> None:
@@ -13,7 +14,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("model", metavar="MODEL_PATH", help="model folder, .gguf file, or a name from `llmchat models`")
     p.add_argument("prompt", help="the user message")
     p.add_argument("--system", help="system prompt")
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="stop the reply after this many tokens (default: when the model stops or the context is full)")
     p.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the model's)")
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
@@ -30,28 +32,20 @@ def add_parser(subparsers) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="print engine figures to stderr")
 
 
-def _resolve(model: str):
-    from pathlib import Path
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path
-    if path.is_file() and path.suffix.lower() == ".gguf":   # registered in place, then run quantized
-        from llmchat.engine.store import ModelStore
-        return ModelStore().resolve(path)
-    try:
-        from llmchat.engine.store import ModelStore
-        return ModelStore().resolve(model)
-    except ImportError:
-        raise FileNotFoundError(f"no model folder at {model}") from None
+# `llmchat bench` still imports the old private name; the rule itself lives in the store.
+_resolve = resolve_model
 
 
-def one_request_sizing(folder, prompt, max_tokens: int, kv_cache_gb: float | None,
+def one_request_sizing(folder, prompt, max_tokens: int | None, kv_cache_gb: float | None,
                        chat_template: str | None = None) -> dict:
-    """One request: a KV cache for its prompt + max_tokens (within a quarter of free RAM), not a quarter of free
-    RAM for a reply of a few tokens; --kv-cache-gb sets it instead."""
+    """One request: a KV cache for that one sequence, not for 64. With --max-tokens, for its prompt + max_tokens;
+    without, for the model's whole context, within the engine's memory budget (a quarter of free RAM, at most
+    8 GiB; the reply then stops when either is full). --kv-cache-gb sets the cache instead."""
     if kv_cache_gb is not None:
         return {}
-    from llmchat.engine.chat import load_tokenizer, prompt_to_token_ids
+    if max_tokens is None:   # the engine caps its cache to what max_num_seqs sequences of max_model_len can use
+        return {"max_num_seqs": 1}
+    from llmchat.engine.chat import load_tokenizer, prompt_to_token_ids   # torch: loaded when the command runs
     from llmchat.engine.chat_templates import use_template
     from llmchat.engine.model_loader import read_config
     from llmchat.engine.models import ModelArgs
@@ -60,7 +54,6 @@ def one_request_sizing(folder, prompt, max_tokens: int, kv_cache_gb: float | Non
     if chat_template:
         use_template(tokenizer, chat_template)
     needed = len(prompt_to_token_ids(tokenizer, prompt, vocab_size=2**31)) + max_tokens + 1
-    # The engine caps its cache to what max_num_seqs sequences of max_model_len tokens can use.
     return {"max_num_seqs": 1, "max_model_len": min(needed, context)}
 
 
@@ -76,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     from llmchat.engine import LLM, SamplingParams
     from llmchat.engine.chat_templates import use_template
 
-    folder = _resolve(args.model)
+    folder = resolve_model(args.model)
     if args.raw:
         prompt = args.prompt
     else:

@@ -5,6 +5,8 @@ import argparse
 import os
 from pathlib import Path
 
+from llmchat.engine.store import resolve_model
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve models over an OpenAI-compatible HTTP API",
@@ -51,10 +53,9 @@ def parse_adapters(values: list[str]) -> list[tuple[str, str]]:
 
 def build_specs(args: argparse.Namespace):
     from llmchat.engine.server import ModelSpec
-    from llmchat.tui.cli_run import _resolve
 
     adapters = parse_adapters(args.adapter)
-    return [ModelSpec(model_id(name), _resolve(name), adapters if i == 0 else [])
+    return [ModelSpec(model_id(name), resolve_model(name), adapters if i == 0 else [])
             for i, name in enumerate(args.models)]
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from llmchat.engine.store import resolve_model
+
 from .remote_models import RemoteModels, is_remote
 
 GB = 1024 ** 3
@@ -34,12 +36,6 @@ class LoadedModel:
     @property
     def total_bytes(self) -> int:
         return self.weight_bytes + self.kv_bytes
-
-
-def resolve_model(name_or_path: str, data_dir: Path | None = None) -> Path:
-    """The folder to load: a library name or repo id (model store), or a model folder path."""
-    from llmchat.engine.store import ModelStore
-    return Path(ModelStore(data_dir=data_dir).resolve(name_or_path))
 
 
 def weights_size(path: Path) -> int:

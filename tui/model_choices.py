@@ -5,14 +5,14 @@ import json
 from pathlib import Path
 
 from llmchat.engine.remote import is_remote
+from llmchat.engine.store import ModelStore, resolve_model
 
-from .engines import read_generation_defaults, resolve_model
+from .engines import read_generation_defaults
 
 
 def library_names(data_path: Path, kind: str) -> list[str]:
     """Names of this kind ("model" or "adapter") in the model store's library ([] while it is unavailable)."""
     try:
-        from llmchat.engine.store import ModelStore
         return [m.name for m in ModelStore(data_dir=data_path).list() if m.kind == kind]
     except Exception:   # the store is optional here: never let it break the chat
         return []

@@ -17,31 +17,24 @@ from llmchat.engine.compare.prompts import PromptItem
 from llmchat.engine.compare.report import CompareInputs, VariantStatus, build_report, result_key
 from llmchat.engine.compare.store import ResultStore
 from llmchat.engine.compare.writers import write_report
+from llmchat.engine.remote import find_endpoint, is_remote, split_remote
+from llmchat.engine.store import resolve_model
 
 Progress = Callable[[int, int, str], None]      # (done, total, what is happening)
 
 
 def default_resolver(name_or_path: str) -> Path | str:
-    """The model store's resolve: a local folder, a .gguf import, or a name of a pulled model; a remote model
+    """The model store's rule (a folder, a .gguf file registered in place, a library name); a remote model
     ("remote:ENDPOINT/ID") stays its name."""
-    from llmchat.engine.remote import is_remote, split_remote
     if is_remote(name_or_path):
         split_remote(name_or_path)               # ValueError when malformed
         return name_or_path
-    try:
-        from llmchat.engine.store import ModelStore
-    except ImportError:                          # store not installed: plain paths only
-        path = Path(name_or_path).expanduser()
-        if path.is_dir():
-            return path
-        raise FileNotFoundError(f"no model folder {name_or_path!r}") from None
-    return Path(ModelStore().resolve(name_or_path))
+    return resolve_model(name_or_path)
 
 
 def resolver_for(endpoints=()) -> Callable[[str], Path | str]:
     """default_resolver that also checks a remote model's endpoint is known (before any long work)."""
     def resolve(name_or_path: str):
-        from llmchat.engine.remote import find_endpoint, is_remote, split_remote
         if is_remote(name_or_path):
             find_endpoint(list(endpoints), split_remote(name_or_path)[0])
         return default_resolver(name_or_path)
@@ -51,7 +44,7 @@ def resolver_for(endpoints=()) -> Callable[[str], Path | str]:
 def engine_factory(endpoints=()) -> Callable:
     """make_engine for the runner: the local LLM for a folder, a RemoteLLM for "remote:ENDPOINT/ID"."""
     def make_engine(path, settings):
-        from llmchat.engine.remote import RemoteLLM, find_endpoint, is_remote, split_remote
+        from llmchat.engine.remote import RemoteLLM
         if is_remote(str(path)):
             name, model_id = split_remote(str(path))
             return RemoteLLM(find_endpoint(list(endpoints), name), model_id)

@@ -29,8 +29,8 @@ def resolve_adapter_path(name_or_path: str | Path) -> Path:
     if path.is_dir():
         return path
     try:
-        from ..store import ModelStore
-        return ModelStore().resolve(str(name_or_path))
+        from ..store import resolve_model   # the store is a room beside the core: loaded only for a name
+        return resolve_model(name_or_path)
     except (FileNotFoundError, RuntimeError) as exc:
         raise ValueError(f"no adapter folder or model-store adapter named {str(name_or_path)!r} ({exc})") from None
 

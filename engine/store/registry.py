@@ -8,13 +8,17 @@ import tempfile
 import threading
 from pathlib import Path
 
+import platformdirs
+
 _LOCK = threading.Lock()
 
 
 def default_data_dir() -> Path:
-    if os.environ.get("LLMCHAT_DATA_DIR"):
-        return Path(os.environ["LLMCHAT_DATA_DIR"]).expanduser()
-    import platformdirs
+    """llmchat's data dir (chats, exports, the library): LLMCHAT_DATA_DIR (`~` expanded), else the platform's.
+    The one place that reads the variable."""
+    override = os.environ.get("LLMCHAT_DATA_DIR")
+    if override:
+        return Path(override).expanduser()
     return Path(platformdirs.user_data_dir("llmchat", appauthor=False))
 
 

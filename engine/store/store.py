@@ -79,19 +79,25 @@ class ModelStore:
         return matches[0] if len(matches) == 1 else None
 
     def resolve(self, name_or_path: str | Path) -> Path:
-        """The folder the engine loads for a library name, a repo id, or a model folder path. No network."""
+        """The folder the engine loads, for every way a user names a model (no network):
+        a model folder -> itself; a .gguf file -> registered in place in the library (instant after the first
+        time) -> its library folder; a library name or repo id -> its folder.
+        FileNotFoundError for none of these, StoreError for a model that cannot be loaded."""
         text = str(name_or_path)
+        path = Path(text).expanduser()
+        if path.is_dir():
+            info = describe_folder(path)
+            if not info.supported:
+                raise StoreError(f"{path}: cannot be loaded: {info.reason}")
+            return path.resolve()
+        if path.suffix.lower() == ".gguf":
+            if not path.is_file():
+                raise FileNotFoundError(f"no such GGUF file: {path}")
+            return Path(self.import_path(path).path)
         model = self.find(text)
         if model is None:
-            path = Path(text).expanduser()
-            if path.is_dir():
-                info = describe_folder(path)
-                if not info.supported:
-                    raise StoreError(f"{path}: cannot be loaded: {info.reason}")
-                return path.resolve()
-            if path.suffix.lower() == ".gguf" and path.is_file():
-                return Path(self.import_path(path).path)   # registered in place: instant after the first time
-            raise FileNotFoundError(f"no model named {text!r} in the library (see `llmchat models list`)")
+            raise FileNotFoundError(f"no model named {text!r} in the library (see `llmchat models list`), "
+                                    f"and no model folder or .gguf file at that path")
         if not model.supported:
             raise StoreError(f"{model.name} cannot be loaded: {model.reason}")
         return Path(model.path)
