@@ -4,6 +4,11 @@ Where the model's generation_config.json sets a value, it is followed (do_sample
 it says nothing, llmchat's chat defaults apply. These are the values llama.cpp and Ollama use for chat, so a
 model without a generation_config (a GGUF, many Hub repos) gets sensible replies rather than sampling at
 temperature 1.0 from the whole vocabulary.
+
+No reply is cut at a fixed length: max_tokens None runs until the model stops or the context (or KV cache) is
+full, as llama.cpp and Ollama do. A generation_config's max_new_tokens / max_length is not followed either
+(Hugging Face's defaults carry max_length=20, and such values are written for benchmarks, not chats): only a
+limit the user sets cuts a reply.
 """
 from __future__ import annotations
 
@@ -11,13 +16,13 @@ import json
 from pathlib import Path
 
 CHAT_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.0,
-                 "max_tokens": 256}
+                 "max_tokens": None}
 MODEL_SOURCE = "generation_config.json"
 CHAT_SOURCE = "llmchat chat default"
 
 # generation_config.json name -> SamplingParams name
 _KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-         "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
+         "repetition_penalty": "repetition_penalty"}
 
 
 def sampling_defaults(gen: dict) -> dict[str, tuple[object, str]]:

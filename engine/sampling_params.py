@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 class SamplingParams:
     """How to pick the next token and when to stop. `None` means "the model's generation_config default"."""
 
-    max_tokens: int | None = 256
+    max_tokens: int | None = None      # None: until the model stops or the context / KV cache is full
     temperature: float | None = None   # 0 = greedy
     top_k: int | None = None           # 0 or -1 = off
     top_p: float | None = None         # 1.0 = off

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -47,9 +48,11 @@ class Sequence:
         self.finish_reason: str | None = None
         self.stop_token_ids: frozenset[int] = frozenset(params.stop_token_ids) | (
             frozenset() if params.ignore_eos else eos_token_ids)
-        # Length cap from max_tokens and the context size, whichever comes first.
-        limit = self.num_prompt_tokens + (params.max_tokens or 0)
-        self.max_total_tokens: int = min(limit, max_total_tokens) if max_total_tokens else limit
+        # Length cap from max_tokens and the context size, whichever comes first (neither: no cap here; the
+        # scheduler still finishes a sequence that outgrows the whole KV cache).
+        asked = None if params.max_tokens is None else self.num_prompt_tokens + params.max_tokens
+        limits = [n for n in (asked, max_total_tokens) if n]
+        self.max_total_tokens: int = min(limits) if limits else sys.maxsize
         self.metrics: RequestMetrics = metrics or RequestMetrics()
         self.metrics.num_prompt_tokens = self.num_prompt_tokens
         self.generator = None        # torch.Generator for seeded sampling (set by the engine)

@@ -56,7 +56,8 @@ class ChatMessage:
     role: str                      # "user" | "assistant"
     content: str
     id: int | None = None
-    finish_reason: str | None = None   # assistant only: "stop" | "length" | "abort" | "error"
+    # assistant only: "stop" | "length" (a max the user set) | "context" (the context was full) | "abort" | "error"
+    finish_reason: str | None = None
     stats: ReplyStats | None = None
     model: str = ""
     adapter: str | None = None

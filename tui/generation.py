@@ -43,6 +43,16 @@ def stats_from(metrics, started: float, first_token_at: float | None, generated:
     return ReplyStats(ttft=ttft, num_generated_tokens=generated)
 
 
+def finish_reason(engine_reason: str | None, max_tokens: int | None, generated: int, remote: bool) -> str:
+    """Why the reply ended, as the chat says it: the engine's "length" is "context" when the reply filled the
+    context (or the KV cache) rather than reaching a max the user set. A remote server may also cut at a default
+    of its own, so its "length" stays as it is."""
+    reason = engine_reason or "stop"
+    if reason == "length" and not remote and (max_tokens is None or generated < max_tokens):
+        return "context"
+    return reason
+
+
 async def stream_reply(engines: EngineManager, session: ChatSession, reply: ChatMessage, continuing: bool,
                        on_request=lambda engine, request_id: None) -> None:
     """Fill `reply` as deltas arrive; sets finish_reason ("abort" when cancelled) and stats."""
@@ -65,7 +75,9 @@ async def stream_reply(engines: EngineManager, session: ChatSession, reply: Chat
                 last_metrics = delta.metrics or last_metrics
                 reply.stats = stats_from(last_metrics, started, first_token_at, generated)
                 if delta.finished:
-                    reply.finish_reason = delta.finish_reason or "stop"
+                    reply.finish_reason = finish_reason(delta.finish_reason, params.max_tokens,
+                                                        reply.stats.num_generated_tokens,
+                                                        is_remote(session.settings.model))
     finally:
         model.active_requests -= 1
         if reply.finish_reason is None:      # cancelled (Esc, session deleted, app closing)

@@ -27,8 +27,9 @@ def model_with(tmp_path, gen: dict | None):
     ({"temperature": 0.6, "top_p": 0.9}, {**CHAT_DEFAULTS, "temperature": 0.6, "top_p": 0.9},
      {"temperature", "top_p"}),                                            # no do_sample: still sampled
     ({"do_sample": False, "temperature": 0.6}, {**CHAT_DEFAULTS, "temperature": 0.0}, {"temperature"}),
-    ({"do_sample": True, "top_k": 20, "max_new_tokens": 64}, {**CHAT_DEFAULTS, "top_k": 20, "max_tokens": 64},
-     {"top_k", "max_tokens"}),
+    # a length in the model's file never cuts a chat reply (HF's defaults carry max_length=20): only the user's
+    ({"do_sample": True, "top_k": 20, "max_new_tokens": 64, "max_length": 20}, {**CHAT_DEFAULTS, "top_k": 20},
+     {"top_k"}),
 ])
 def test_engine_and_settings_dialog_agree(tmp_path, gen, expected, from_model):
     folder = model_with(tmp_path, gen)
@@ -55,3 +56,4 @@ def test_a_request_value_beats_every_default():
     params = SamplingParams(temperature=0.3).with_defaults({"temperature": 0.9, "top_k": 7})
     assert (params.temperature, params.top_k, params.top_p) == (0.3, 7, CHAT_DEFAULTS["top_p"])
     assert sampling_defaults({})["min_p"] == (0.05, "llmchat chat default")
+    assert SamplingParams().with_defaults({}).max_tokens is None     # no limit unless the user sets one

@@ -98,13 +98,45 @@ def test_seeded_sampling_is_reproducible_in_different_batches(llm):
     assert alone == mixed
 
 
-def test_generation_config_defaults_apply(tmp_path):
+def test_generation_config_sampling_applies_but_its_length_does_not(tmp_path):
+    """Only a limit the user sets cuts a reply: the file's max_new_tokens / max_length (HF's default 20) do not."""
     folder = make_model(tmp_path / "m", "qwen2", generation_config={"do_sample": True, "temperature": 0.7,
-                                                                     "top_k": 5, "max_new_tokens": 6})
-    llm = LLM(folder, attention_backend="torch")
+                                                                     "top_k": 5, "max_new_tokens": 6,
+                                                                     "max_length": 20})
+    llm = LLM(folder, attention_backend="torch", max_model_len=48)
     assert llm.engine.generation_defaults["temperature"] == 0.7
-    out = llm.generate(["Hello world"], SamplingParams(max_tokens=None, ignore_eos=True))[0]
-    assert len(out.token_ids) == 6
+    out = llm.generate(["Hello world"], SamplingParams(ignore_eos=True))[0]
+    assert out.finish_reason == "length" and len(out.prompt_token_ids) + len(out.token_ids) == 48
+
+
+def test_without_max_tokens_a_reply_runs_until_the_model_stops(llm):
+    prompt = random_prompt(12, seed=21)
+    free = llm.generate([prompt], SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True))[0].token_ids
+    stop_at = free[20]                     # the model "stops" where it first says this token: an end-of-text id
+    out = llm.generate([prompt], SamplingParams(temperature=0.0, stop_token_ids=[stop_at]))[0]
+    first = free.index(stop_at)
+    assert out.finish_reason == "stop" and out.token_ids == free[:first + 1]
+
+
+def test_without_max_tokens_a_reply_stops_at_the_context(llm):
+    prompt = random_prompt(12, seed=22)
+    out = llm.generate([prompt], SamplingParams(temperature=0.0, ignore_eos=True))[0]
+    assert out.finish_reason == "length" and len(prompt) + len(out.token_ids) == llm.engine.max_model_len
+
+
+def test_replies_without_max_tokens_that_outgrow_the_kv_cache_end_and_never_hang(tiny_model_dir):
+    """A cache of 4 blocks (64 tokens), far below the 512-token context: two unbounded replies take turns
+    (the newer is preempted) and each ends with "length" when it cannot grow any more."""
+    from engine_helpers import kv_gb_for_blocks
+    small = LLM(tiny_model_dir("llama"), attention_backend="torch",
+                kv_cache_gb=kv_gb_for_blocks(tiny_model_dir("llama"), 4))
+    assert small.engine.max_model_len > 64
+    outs = small.generate([random_prompt(10, seed=23), random_prompt(20, seed=24)],
+                          SamplingParams(temperature=0.0, ignore_eos=True))
+    for prompt_len, out in zip((10, 20), outs):
+        assert out.finish_reason == "length" and 60 <= prompt_len + len(out.token_ids) <= 65
+    assert small.metrics().num_running == 0 and small.metrics().num_waiting == 0
+    assert small.metrics().num_preemptions >= 1
 
 
 def test_request_metrics_and_snapshot(llm):

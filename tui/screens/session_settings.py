@@ -47,6 +47,8 @@ def default_hint(name: str, defaults: dict) -> str:
     if name not in defaults:
         return "the server's default"      # a remote model: its server decides
     value, source = defaults[name]
+    if name == "max_tokens" and value is None:
+        return "no limit: until the model stops or the context is full"
     return f"{value} ({source})"
 
 

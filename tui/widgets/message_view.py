@@ -78,6 +78,8 @@ class MessageView(Vertical, can_focus=True):
             parts.append("generating…" if m.content else "waiting for the first token…")
         elif m.finish_reason == "length":
             parts.append("cut off (max tokens): ctrl+o continues")
+        elif m.finish_reason == "context":
+            parts.append("context full: start a new chat to go on")
         elif m.finish_reason == "abort":
             parts.append("stopped: ctrl+o continues")
         elif m.finish_reason == "interrupted":
