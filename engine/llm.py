@@ -23,8 +23,7 @@ def model_folder(model_path) -> Path:
 
 
 def build_config(model_path, kwargs: dict) -> EngineConfig:
-    """EngineConfig from keyword arguments, with a clear error for a misspelt one; a checked option never waits
-    behind a registration, so the options come first."""
+    """EngineConfig from keyword arguments, with a clear error for a misspelt one (before a name is resolved)."""
     known = {f.name for f in fields(EngineConfig)} - {"model_path"}
     unknown = sorted(set(kwargs) - known)
     if unknown:

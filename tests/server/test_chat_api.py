@@ -140,3 +140,14 @@ def test_continue_final_message_goes_on_with_the_reply(client):
         extra_body={"ignore_eos": True, "continue_final_message": True, "add_generation_prompt": False})
     text = rest.choices[0].message.content
     assert (head + text).startswith(whole[:len(head) + 2]) and text
+
+
+def test_a_chat_completion_without_max_tokens_runs_to_the_context(served_model):
+    """No fixed cut by default: ignoring EOS, the reply ends with "length" exactly when the context is full."""
+    settings = serve_settings(engine_kwargs={"max_model_len": 48})
+    with ThreadServer([ModelSpec("tiny", served_model[0], [])], settings) as server:
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="none", max_retries=0)
+        reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hello"}],
+                                               temperature=0, extra_body={"ignore_eos": True})
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.prompt_tokens + reply.usage.completion_tokens == 48
