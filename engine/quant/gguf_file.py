@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,8 +84,51 @@ class _Cursor:
                 array = np.frombuffer(self.data, NUMPY[item], count, self.pos).copy()
                 self.pos += size
                 return array
+            if item == STRING and count > LazyStrings.THRESHOLD:
+                start = self.pos
+                self.pos = LazyStrings.skip(self.data, self.pos, count)
+                return LazyStrings(self.data, start, count)
             return [self.value(item) for _ in range(count)]
         raise GGUFFormatError(f"unknown metadata value type {kind}")
+
+
+class LazyStrings(Sequence):
+    """A long string array (a vocabulary, its merges), decoded on first use: loading weights needs neither."""
+
+    THRESHOLD = 4096
+    _LENGTH = struct.Struct("<Q")
+
+    def __init__(self, data: bytes, start: int, count: int):
+        self._data, self._start, self._count, self._items = data, start, count, None
+
+    @classmethod
+    def skip(cls, data: bytes, pos: int, count: int) -> int:
+        """The offset after `count` strings starting at `pos` (each a u64 length and its bytes)."""
+        unpack, end = cls._LENGTH.unpack_from, len(data)
+        for _ in range(count):
+            if pos + 8 > end:
+                raise GGUFFormatError("cut short inside its metadata")
+            pos += 8 + unpack(data, pos)[0]
+        if pos > end:
+            raise GGUFFormatError("cut short inside its metadata")
+        return pos
+
+    def _decoded(self) -> list[str]:
+        if self._items is None:
+            c = _Cursor(self._data)
+            c.pos = self._start
+            self._items = [c.string() for _ in range(self._count)]
+            self._data = None
+        return self._items
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):
+        return self._decoded()[index]
+
+    def __eq__(self, other) -> bool:
+        return list(self._decoded()) == list(other)
 
 
 class GGUFFile:

@@ -73,3 +73,20 @@ def test_not_gguf(tmp_path):
     path.write_bytes(b"PK\x03\x04" + bytes(100))
     with pytest.raises(GGUFFormatError, match="not a GGUF file"):
         GGUFFile(path)
+
+
+def test_long_string_arrays_are_read_lazily_and_equal(tmp_path):
+    from gguf import GGUFWriter
+    from llmchat.engine.quant.gguf_file import LazyStrings
+    words = [f"w{i}é" * (i % 7) for i in range(LazyStrings.THRESHOLD + 10)]
+    path = tmp_path / "strings.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_array("test.words", words)
+    w.add_uint32("test.after", 7)   # a field after the skipped array is still in place
+    for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
+        step()
+    reader = GGUFFile(path)
+    got = reader.fields["test.words"]
+    assert isinstance(got, LazyStrings) and len(got) == len(words)
+    assert reader.fields["test.after"] == 7
+    assert got[5] == words[5] and list(got) == words and got == words
