@@ -64,9 +64,12 @@ class EngineConfig:
     # llama.cpp. LLMCHAT_Q8_WIDE=0.
     q8_wide_activations: bool = field(default_factory=lambda: _env_switch("LLMCHAT_Q8_WIDE", 1) != 0)
     # A GGUF model's quantized weights, as the kernels run them, kept in a cache file (LLMCHAT_CACHE_DIR or the
-    # platform's cache dir) and read back on the next start instead of repacked (engine/quant/prepared_cache.py).
-    # LLMCHAT_PREPARED_CACHE=0 turns it off as well.
-    prepared_cache: bool = True
+    # platform's cache dir) and used from there on the next start instead of repacked
+    # (engine/quant/prepared_cache.py). LLMCHAT_PREPARED_CACHE=0.
+    prepared_cache: bool = field(default_factory=lambda: _env_switch("LLMCHAT_PREPARED_CACHE", 1) != 0)
+    # That file mapped into memory (shared with every process running the model, nothing copied); False: read
+    # into huge-page memory of the process' own. LLMCHAT_PREPARED_MMAP=0.
+    prepared_mmap: bool = field(default_factory=lambda: _env_switch("LLMCHAT_PREPARED_MMAP", 1) != 0)
     # Models with full and sliding-window layers keep the window layers' KV for the window only, in a pool of
     # its own (hybrid_blocks.py); False: one pool, every layer's KV for the whole context. LLMCHAT_WINDOW_KV=0.
     window_kv: bool = field(default_factory=lambda: _env_switch("LLMCHAT_WINDOW_KV", 1) != 0)

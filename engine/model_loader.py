@@ -15,7 +15,6 @@ from .config import DEFAULT_SMALL_M_MAX
 from .models import MODEL_CLASSES, STACKED_PARAMS, CausalLM, ModelArgs
 from .quant.gguf_model import load_gguf_weights
 from .quant.prepared_cache import PreparedCache
-from .quant.prepared_cache import enabled as prepared_enabled
 from .quant.prepared_cache import identity as prepared_identity
 from .store.support import ARCHITECTURE_NOTES
 
@@ -152,12 +151,13 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
                 progress: LoadProgress | None = None, quantize: str | None = None,
                 deterministic: bool = True, small_m_max: int = DEFAULT_SMALL_M_MAX, pack_bf16: bool = True,
                 decoder_stack: bool = True, quant_tiles: bool = True, q8_wide_activations: bool = True,
-                prepared_cache: bool = True) -> CausalLM:
+                prepared_cache: bool = True, prepared_mmap: bool = True) -> CausalLM:
     """quantize: "q8_0" | "q4_0" | "q4_k" quantizes a 16/32-bit checkpoint's projections while loading.
     deterministic: projections whose rows do not depend on the step's size (EngineConfig.deterministic).
     small_m_max, pack_bf16, decoder_stack, quant_tiles, q8_wide_activations: EngineConfig's switches for A/B
     runs (CausalLM.finish_init). prepared_cache: a GGUF model's quantized weights are kept in the kernels'
-    layout in a cache file and read from there on the next start (engine/quant/prepared_cache.py)."""
+    layout in a cache file and used from there on the next start, mapped (prepared_mmap) or read
+    (engine/quant/prepared_cache.py)."""
     args = ModelArgs.from_config(config)
     if args.architecture in ARCHITECTURE_NOTES:
         log.warning("%s: %s", args.architecture, ARCHITECTURE_NOTES[args.architecture])
@@ -170,8 +170,9 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
             log.warning("%s is already quantized (GGUF); --quantize %s is ignored", gguf.name, quantize)
         read_bytes = total = gguf.stat().st_size
         cache = None
-        if prepared_enabled(prepared_cache):
-            cache = PreparedCache(prepared_identity(gguf, kernels, quant_tiles, q8_wide_activations))
+        if prepared_cache:
+            cache = PreparedCache(prepared_identity(gguf, kernels, quant_tiles, q8_wide_activations),
+                                  mapped=prepared_mmap)
         if load_gguf_weights(model, gguf, dtype, _target, progress and (lambda done, _: progress(done, total)),
                              cache):
             cache = None   # came from there: nothing to write

@@ -49,7 +49,7 @@ class ModelRunner:
                                      small_m_max=config.small_m_max, pack_bf16=config.pack_bf16,
                                      decoder_stack=config.decoder_stack, quant_tiles=config.quant_tiles,
                                      q8_wide_activations=config.q8_wide_activations,
-                                     prepared_cache=config.prepared_cache)
+                                     prepared_cache=config.prepared_cache, prepared_mmap=config.prepared_mmap)
         self.key_caches: list[torch.Tensor] = []
         self.value_caches: list[torch.Tensor] = []
         self.num_blocks = 0

@@ -11,7 +11,13 @@ A file is used only when its identity matches everything that shapes those bytes
 mtime), the layout version below, the kernels' level and tile paths, and the load switches. It is written under
 a temporary name and renamed, so a reader never sees half a file; one whose size or manifest does not add up is
 deleted with a log line and the load goes on cold. Old files beyond the budget are evicted, least recently used
-first. LLMCHAT_PREPARED_CACHE=0 (or EngineConfig.prepared_cache=False) turns it off.
+first. EngineConfig.prepared_cache=False (LLMCHAT_PREPARED_CACHE=0) turns it off.
+
+The file is mapped (MAP_PRIVATE) rather than read: nothing is copied, the pages are the page cache's, shared by
+every process that runs the model (the app and `llmchat serve`), and where the filesystem keeps large folios
+they are mapped as huge pages. A file is never rewritten in place (new ones are renamed over, old ones
+unlinked), so a mapping never sees it shrink. EngineConfig.prepared_mmap=False reads it into huge-page memory
+instead.
 """
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ MAGIC = b"LLMCPREP"
 HEADER = struct.Struct("<8sQI")   # magic, manifest bytes, manifest crc32
 DATA_ALIGN = 4096
 READ_CHUNK = 64 << 20
+MADV_POPULATE_READ = 22     # Linux 5.14+: map the (page-cached) file's pages now, not at the first step
 BUDGET_BYTES = 8 << 30      # at most this much of prepared files, or a tenth of the free disk if less
 
 
@@ -49,10 +56,6 @@ def cache_dir() -> Path:
         return Path(override).expanduser() / "prepared"
     from platformdirs import user_cache_dir
     return Path(user_cache_dir("llmchat")) / "prepared"
-
-
-def enabled(requested: bool) -> bool:
-    return requested and os.environ.get("LLMCHAT_PREPARED_CACHE", "1").strip() not in ("0", "off", "false")
 
 
 def identity(gguf: Path, kernels, tiles: bool, q8_wide: bool) -> dict:
@@ -68,8 +71,8 @@ class PreparedCache:
     """One model's prepared-weights file: `load(model)` attaches its weights (True) or finds none (False);
     `save(model)` writes them after a cold load."""
 
-    def __init__(self, ident: dict, folder: Path | None = None):
-        self.identity = ident
+    def __init__(self, ident: dict, folder: Path | None = None, mapped: bool = True):
+        self.identity, self.mapped = ident, mapped
         key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
         self.path = (folder or cache_dir()) / f"{key}.bin"
 
@@ -80,7 +83,10 @@ class PreparedCache:
         try:
             with open(self.path, "rb", buffering=0) as handle:
                 manifest, data_start = self._read_header(handle)
-                buffer = self._read_data(handle, data_start, manifest["nbytes"], progress)
+                if self.mapped:
+                    buffer = self._map_data(handle, data_start, manifest["nbytes"])
+                else:
+                    buffer = self._read_data(handle, data_start, manifest["nbytes"], progress)
             os.utime(self.path)   # recently used: the last to be evicted
         except (FileNotFoundError, NotADirectoryError):
             return False
@@ -124,6 +130,20 @@ class PreparedCache:
             if progress is not None:
                 progress(done, nbytes)
         return buffer
+
+    @staticmethod
+    def _map_data(handle, start: int, nbytes: int) -> torch.Tensor:
+        import mmap
+        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+        whole = torch.frombuffer(mapping, dtype=torch.uint8)
+        data = whole[start:start + nbytes]
+        for advice in (getattr(mmap, "MADV_HUGEPAGE", None), MADV_POPULATE_READ):
+            try:
+                if advice is not None:
+                    mapping.madvise(advice)
+            except OSError:   # an older kernel: pages are mapped as the first step reads them
+                pass
+        return data
 
     def _discard(self, why: str) -> None:
         log.warning("prepared weights %s: %s; discarded, loading from the GGUF file", self.path.name, why)

@@ -37,14 +37,15 @@ def prepared(llm) -> bool:
     return bool(llm.engine.runner.model.__dict__.get("_weights_prepared"))
 
 
-@pytest.mark.parametrize("arch, mix", [("llama", "mixed"), ("qwen2", "q4_0"), ("qwen3", "q8_0")])
-def test_warm_start_has_the_cold_bits(store, tiny_gguf, cache_dir, arch, mix):
+@pytest.mark.parametrize("arch, mix, mapped", [("llama", "mixed", True), ("qwen2", "q4_0", True),
+                                               ("qwen3", "q8_0", True), ("llama", "mixed", False)])
+def test_warm_start_has_the_cold_bits(store, tiny_gguf, cache_dir, arch, mix, mapped):
     folder = store.import_path(tiny_gguf(arch, mix)).path
     reference = run(load(folder, prepared_cache=False))
     cold = load(folder)
     assert not prepared(cold) and len(list(cache_dir.glob("*.bin"))) == 1
     assert run(cold) == reference
-    warm = load(folder)
+    warm = load(folder, prepared_mmap=mapped)
     assert prepared(warm)
     assert run(warm) == reference
     cold_model, warm_model = cold.engine.runner.model, warm.engine.runner.model
