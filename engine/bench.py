@@ -326,7 +326,8 @@ def format_report(r: dict) -> str:
 def _llama_bench_line(lb: dict, prefix_len, new_tokens) -> str:
     if "error" in lb:
         return f"llama-bench: not measured ({lb['error']})"
-    build = f"build {lb['build_number']} ({lb['build_commit']})" if "build_number" in lb else "its build"
+    known = lb.get("build_number") and lb.get("build_commit") not in (None, "unknown")
+    build = f"build {lb['build_number']} ({lb['build_commit']})" if known else "build unknown (not from git)"
     pp, tg = lb["pp"], lb["tg"]
     return (f"llama-bench, same file, {build}, {lb.get('n_threads', '?')} threads: pp{pp['tokens']} "
             f"{pp['avg_ts']:.1f} +- {pp['stddev_ts']:.1f} tok/s, tg{tg['tokens']} {tg['avg_ts']:.1f} +- "
