@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import sys
 
 import torch
@@ -45,12 +46,21 @@ def huge_page_buffer(nbytes: int) -> torch.Tensor:
 
 
 def huge_page_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """torch.zeros(shape, dtype=dtype) in huge-page backed memory (the KV cache)."""
+    """torch.zeros(shape, dtype=dtype) in huge-page backed memory (the KV cache), from a fresh anonymous
+    mapping: the kernel hands its pages out zeroed on first touch, so memory is committed as the cache fills,
+    not all at start (a KV cache for a 32k context is GBs a short chat never touches)."""
     numel = 1
     for size in shape:
         numel *= size
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    return huge_page_buffer(numel * itemsize).view(dtype).view(shape).zero_()
+    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+    if nbytes == 0 or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return huge_page_buffer(nbytes).view(dtype).view(shape).zero_()
+    mapping = mmap.mmap(-1, nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    raw = torch.frombuffer(mapping, dtype=torch.uint8)
+    start = (-raw.data_ptr()) % _HUGE
+    buffer = raw[start:start + nbytes]
+    advise_huge_pages(buffer)
+    return buffer.view(dtype).view(shape)
 
 
 def pack_into_huge_pages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

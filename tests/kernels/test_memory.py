@@ -30,6 +30,18 @@ def test_huge_page_zeros_is_zeroed_and_aligned():
 
 
 @linux_only
+def test_huge_page_zeros_commits_memory_only_as_it_is_written():
+    import psutil
+    process = psutil.Process()
+    before = process.memory_info().rss
+    cache = huge_page_zeros((512, 1 << 20), torch.uint8)            # 512 MiB, untouched
+    assert process.memory_info().rss - before < 64 << 20
+    cache[:64].fill_(1)                                            # the first 64 MiB written
+    assert 48 << 20 < process.memory_info().rss - before < 160 << 20
+    assert not cache[64:].any() and cache[:64].all()               # reading zero pages commits nothing much
+
+
+@linux_only
 def test_advise_reaches_the_end_of_the_storage_only():
     buffer = torch.empty(3 * HUGE, dtype=torch.uint8)
     view = buffer[HUGE:]
