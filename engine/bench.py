@@ -215,8 +215,8 @@ def decode_bytes_per_token(model) -> int:
     else:
         head_reads = [t for t in (head.small_m_weight if head.small_m_weight is not None else head.weight,)
                       if t is not None]
-    head_storages = {t.untyped_storage().data_ptr() for t in head_reads}
-    if any(t.untyped_storage().data_ptr() in head_storages for t in table_tensors):
+    head_keys = {(t.data_ptr(), t.nbytes) for t in head_reads}   # (prepared weights share one buffer: not storage)
+    if any((t.data_ptr(), t.nbytes) in head_keys for t in table_tensors if t.nbytes):
         return total
     return total - sum(t.nbytes for t in table_tensors)
 

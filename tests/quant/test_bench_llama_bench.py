@@ -187,3 +187,23 @@ def test_output_that_is_not_llama_benchs_json_is_a_message(tmp_path):
                        ('[{"n_prompt": 16, "n_gen": 0, "avg_ts": 5.0}]', "no tg test")):
         with pytest.raises(bench_llama.LlamaBenchError, match=says):
             bench_llama.parse(text)
+
+
+@pytest.mark.parametrize("arch", ("qwen2", "gemma3"))   # an own output head; a head tied to the token table
+def test_decode_bytes_per_token_are_the_weights_decode_streams(data_dir, tiny_gguf, arch):
+    """Counted another way: every projection's weights (the lm_head's included) and the small dense tensors,
+    each once; the token table only where it is the head itself (decode looks one row of it up otherwise)."""
+    from llmchat.engine.layers.linear import Linear
+    from llmchat.engine.llm import LLM
+    from llmchat.tui.cli_run import _resolve
+    llm = LLM(_resolve(str(tiny_gguf(arch, "q4_0"))), dtype="float32", kv_cache_gb=0.01)
+    model = llm.engine.runner.model
+    tensors = [p for name, p in model.named_parameters() if "embed_tokens" not in name]
+    for m in model.modules():
+        if isinstance(m, Linear):
+            tensors += [t for w in m.quantized.values() for t in w.tensors()]
+    streamed = sum(nbytes for _, nbytes in {(t.data_ptr(), t.nbytes) for t in tensors})
+    table = sum(t.nbytes for t in model.quantized_embedding.tensors())
+    assert bench.decode_bytes_per_token(model) == streamed
+    tied = arch == "gemma3"
+    assert model.weight_bytes() - streamed == (0 if tied else table)
