@@ -162,6 +162,7 @@ def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 
         try:
             result["llama_bench"] = bench_llama.run(llama_bench, gguf, result["threads"], prefix_len, new_tokens,
                                                     env=baseline_env())
+            result["llama_bench"]["decode_bytes_per_token"] = bench_llama.file_decode_bytes(gguf)
             e, lb = result["engine"], result["llama_bench"]
             result["ratio_vs_llama_bench"] = {k: e[k] / lb[k] for k in ("decode_tok_s_1", "prefill_tok_s")}
         except bench_llama.LlamaBenchError as exc:   # llmchat's figures stand; the report says what failed
@@ -222,15 +223,15 @@ def decode_bytes_per_token(model) -> int:
 
 
 def _roof(result: dict) -> None:
-    """Decode's share of the read roof: tok/s x bytes per token / bandwidth, llmchat's and llama-bench's (its
-    model_size: the file's tensor bytes)."""
+    """Decode's share of the read roof: tok/s x bytes per token / bandwidth, llmchat's and llama-bench's (the
+    file's tensor bytes, its model_size, less a token table that is not the head: bench_llama.file_decode_bytes)."""
     bw = result.get("bandwidth", {}).get("read_gbps")
     if not bw:
         return
     roof = {"llmchat": result["engine"]["decode_tok_s_1"] * result["decode_bytes_per_token"] / (bw * 1e9)}
     lb = result.get("llama_bench", {})
-    if "decode_tok_s_1" in lb and lb.get("model_size"):
-        roof["llama_bench"] = lb["decode_tok_s_1"] * lb["model_size"] / (bw * 1e9)
+    if "decode_tok_s_1" in lb and lb.get("decode_bytes_per_token"):
+        roof["llama_bench"] = lb["decode_tok_s_1"] * lb["decode_bytes_per_token"] / (bw * 1e9)
     result["roof"] = roof
 
 
@@ -343,5 +344,6 @@ def _roof_line(r: dict) -> str:
     line = (f"read bandwidth {bw['read_gbps']:.1f} GB/s (best of {bw['passes']} sums over {bw['probe_mib']} MiB); "
             f"decode reads {per_token} MB of weights per token: llmchat at {roof['llmchat']:.0%} of that roof")
     if "llama_bench" in roof:
-        line += f", llama-bench {roof['llama_bench']:.0%} ({r['llama_bench']['model_size'] / MB:.0f} MB of tensors)"
+        line += (f", llama-bench at {roof['llama_bench']:.0%} of its "
+                 f"{r['llama_bench']['decode_bytes_per_token'] / MB:.0f} MB")
     return line

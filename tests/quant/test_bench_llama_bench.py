@@ -135,7 +135,12 @@ def test_llama_bench_runs_on_the_same_file_and_its_ratios_are_reported(data_dir,
     assert bw["read_gbps"] > 0 and bw["probe_mib"] == 64
     assert report["roof"]["llmchat"] == pytest.approx(
         e["decode_tok_s_1"] * report["decode_bytes_per_token"] / (bw["read_gbps"] * 1e9))
-    assert report["roof"]["llama_bench"] == pytest.approx(TG_TS * 1111370240 / (bw["read_gbps"] * 1e9))
+    # llama.cpp's bytes come from the file: its tensors less the token table (qwen2 here has its own output head)
+    from gguf import GGUFReader
+    file_tensors = {t.name: int(t.n_bytes) for t in GGUFReader(gguf).tensors}
+    assert "output.weight" in file_tensors
+    assert lb["decode_bytes_per_token"] == sum(file_tensors.values()) - file_tensors["token_embd.weight"]
+    assert report["roof"]["llama_bench"] == pytest.approx(TG_TS * lb["decode_bytes_per_token"] / (bw["read_gbps"] * 1e9))
 
     text = bench.format_report(report)
     header = next(line for line in text.splitlines() if line.startswith("figure"))
@@ -196,7 +201,8 @@ def test_decode_bytes_per_token_are_the_weights_decode_streams(data_dir, tiny_gg
     from llmchat.engine.layers.linear import Linear
     from llmchat.engine.llm import LLM
     from llmchat.tui.cli_run import _resolve
-    llm = LLM(_resolve(str(tiny_gguf(arch, "q4_0"))), dtype="float32", kv_cache_gb=0.01)
+    gguf = tiny_gguf(arch, "q4_0")
+    llm = LLM(_resolve(str(gguf)), dtype="float32", kv_cache_gb=0.01)
     model = llm.engine.runner.model
     tensors = [p for name, p in model.named_parameters() if "embed_tokens" not in name]
     for m in model.modules():
@@ -207,3 +213,8 @@ def test_decode_bytes_per_token_are_the_weights_decode_streams(data_dir, tiny_gg
     assert bench.decode_bytes_per_token(model) == streamed
     tied = arch == "gemma3"
     assert model.weight_bytes() - streamed == (0 if tied else table)
+    # llama.cpp's side, from the file: the same rule on the file's tensors
+    from gguf import GGUFReader
+    file_tensors = {t.name: int(t.n_bytes) for t in GGUFReader(gguf).tensors}
+    assert bench_llama.file_decode_bytes(gguf) == sum(file_tensors.values()) - (
+        0 if tied else file_tensors["token_embd.weight"])
