@@ -36,6 +36,23 @@ def advise_huge_pages(tensor: torch.Tensor) -> bool:
     return libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), _MADV_HUGEPAGE) == 0
 
 
+def return_freed_memory() -> None:
+    """Give the heap's free pages back to the OS (glibc's malloc_trim): tensors of a few MB come from the heap,
+    and freeing them leaves the process' resident size as it was, which matters while a model's weights move
+    from one copy into another. Does nothing where there is no glibc."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+        except (OSError, AttributeError, TypeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
+
+
 def huge_page_buffer(nbytes: int) -> torch.Tensor:
     """An untouched uint8 buffer of nbytes that starts on a 2 MiB boundary, hinted to huge pages."""
     raw = torch.empty(nbytes + _HUGE, dtype=torch.uint8)
@@ -49,10 +66,7 @@ def huge_page_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """torch.zeros(shape, dtype=dtype) in huge-page backed memory (the KV cache), from a fresh anonymous
     mapping: the kernel hands its pages out zeroed on first touch, so memory is committed as the cache fills,
     not all at start (a KV cache for a 32k context is GBs a short chat never touches)."""
-    numel = 1
-    for size in shape:
-        numel *= size
-    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+    nbytes = _nbytes(shape, dtype)
     if nbytes == 0 or not hasattr(mmap, "MAP_ANONYMOUS"):
         return huge_page_buffer(nbytes).view(dtype).view(shape).zero_()
     mapping = mmap.mmap(-1, nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -63,17 +77,27 @@ def huge_page_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return buffer.view(dtype).view(shape)
 
 
+def huge_page_slots(specs: list[tuple[tuple[int, ...], torch.dtype]]) -> list[torch.Tensor]:
+    """Uninitialized contiguous tensors of these (shape, dtype) laid out one after another (64-byte aligned) in
+    one huge-page backed buffer, whose memory is committed as they are written."""
+    offsets, total = [], 0
+    for shape, dtype in specs:
+        offsets.append(total)
+        total += (_nbytes(shape, dtype) + _ALIGN - 1) // _ALIGN * _ALIGN
+    buffer = huge_page_buffer(total)
+    return [buffer[offset:offset + _nbytes(shape, dtype)].view(dtype).view(shape)
+            for (shape, dtype), offset in zip(specs, offsets)]
+
+
+def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    numel = 1
+    for size in shape:
+        numel *= size
+    return numel * torch.empty(0, dtype=dtype).element_size()
+
+
 def pack_into_huge_pages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Contiguous copies of `tensors` laid out one after another (64-byte aligned) in one huge-page backed
     buffer; the originals can then be dropped."""
-    offsets, total = [], 0
-    for t in tensors:
-        offsets.append(total)
-        total += (t.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-    buffer = huge_page_buffer(total)
-    copies = []
-    for t, offset in zip(tensors, offsets):
-        copy = buffer[offset:offset + t.nbytes].view(t.dtype).view(t.shape)
-        copy.copy_(t)
-        copies.append(copy)
-    return copies
+    slots = huge_page_slots([(t.shape, t.dtype) for t in tensors])
+    return [slot.copy_(t) for slot, t in zip(slots, tensors)]

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from llmchat.kernels.memory import pack_into_huge_pages
+from llmchat.kernels.memory import huge_page_slots, pack_into_huge_pages, return_freed_memory
+from llmchat.kernels.quant import QuantWeight
 
 from ..attention import AttentionMetadata, make_attention
 from ..config import DEFAULT_SMALL_M_MAX
@@ -273,16 +274,26 @@ class CausalLM(nn.Module):
             return
         tiles = tiles and self._kernels is not None and self._kernels.tiles_native()
         q8_wide = q8_wide and all(w.kind == "q8" for w in unique.values())
-        flat = [t for w in unique.values() for t in w.present()]
-        moved_flat, moved = iter(pack_into_huge_pages(flat)), {}
-        for key, w in unique.items():
-            moved[key] = w.with_tensors([next(moved_flat) for _ in w.present()])
-            if tiles and tileable[key]:   # on the moved copy: one weight's reordering in flight at a time
-                moved[key] = moved[key].tile_in_place(wide_q8=q8_wide)
+        slots = iter(huge_page_slots([(t.shape, t.dtype) for w in unique.values() for t in w.present()]))
+        slots_of = {key: [next(slots) for _ in w.present()] for key, w in unique.items()}
+        del users, slots, w, ok   # no reference to an original beyond its users
+        moved = {}
+
+        def move(key: int) -> QuantWeight:
+            """Copied into its slots (memory committed as written), tiled there; the original is then
+            referenced by its users only, which take the copy next: one copy of the weights at a time."""
+            if key not in moved:
+                w = unique.pop(key)
+                moved[key] = w.with_tensors([slot.copy_(t) for slot, t in zip(slots_of.pop(key), w.present())])
+                if tiles and tileable[key]:
+                    moved[key] = moved[key].tile_in_place(wide_q8=q8_wide)
+            return moved[key]
+
         for m in layers:
-            m.replace_run_weights([moved[id(w)] for w in m.quantized_run_weights()])
+            m.replace_run_weights([move(id(w)) for w in m.quantized_run_weights()])
+            return_freed_memory()
         if table is not None:
-            self.__dict__["quantized_embedding"] = moved[id(table)]
+            self.__dict__["quantized_embedding"] = move(id(table))
 
     def _panels_in_huge_pages(self) -> None:
         """Every projection's bf16 panels (the only copy of those weights) moved into one buffer backed by
