@@ -8,6 +8,11 @@ A `QuantWeight` is the kernels' layout of one [N, K] weight in blocks of 32 (see
     "q5"  as q4 plus high bits [N, K/32] int32 (bit j = bit 4 of element j)  (Q5_0, Q5_1, Q5_K)
 Scales and mins are float32, or float16 where the GGUF file's are (Q8_0, Q4_0/1, Q5_0/1 keep their bytes);
 `min_offset` (Q4_0: -8, Q5_0: -16) stands for min = min_offset * scale without storing mins.
+K-quants (Q4_K, Q5_K, Q6_K) carry their factors as the file has them too (`packed_factors`, row order): a small
+integer per block (Q4_K/Q5_K: sc and m, 0..63, u8; Q6_K: sc per 16, i8) and one fp16 per 256 elements (d, and
+-dmin for the mins), as uint8 [N, S + 2 K/256] a row: S integers, then K/256 fp16. The x86 tile layout runs them
+in that compact form (scales and mins uint8, quant_tiles.h); everywhere else the factors are the fp32 products,
+exactly the same numbers (an 11-bit times an 8-bit significand is exact in fp32).
 Activations are quantized per call to int8 in blocks of 32 (d = max|x| / 127, q = round-half-even(x / d)).
 `reference_linear` is the same math in torch (the oracle of the op); `dequantize` gives the weight as floats,
 exactly as the gguf package dequantizes the file it came from.
@@ -47,6 +52,12 @@ class QuantWeight:
     min_offset: int = 0       # without mins: min = min_offset * scale
     tiled: bool = False       # the 16-row tile layout (csrc/core/quant_tiles.h), else rows
     wide_activations: bool = False  # 16-bit activations (a tiled q8 weight), else 8-bit
+    packed_factors: tuple | None = None  # a row-layout K-quant's compact (scales, mins or None), row order
+
+    @property
+    def compact(self) -> bool:
+        """Scales (and mins) as the file's integers and fp16 super-factors (a tiled K-quant on x86)."""
+        return self.scales.dtype == torch.uint8
 
     @property
     def n(self) -> int:
@@ -76,7 +87,7 @@ class QuantWeight:
         mins = next(it) if self.mins is not None else None
         high = next(it) if self.high is not None else None
         return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, self.tiled,
-                           self.wide_activations)
+                           self.wide_activations, self.packed_factors)
 
     @property
     def code(self) -> int:
@@ -86,16 +97,21 @@ class QuantWeight:
     def tileable(self) -> bool:
         return not self.tiled and self.n % TILE_ROWS == 0 and neon_layout.takes(self.kind)
 
-    def tiled_copy(self, wide_q8: bool = True) -> QuantWeight:
+    def _compacts(self, compact: bool) -> bool:
+        return compact and self.packed_factors is not None and not neon_layout.ACTIVE
+
+    def tiled_copy(self, wide_q8: bool = True, compact: bool = True) -> QuantWeight:
         """The weight in the 16-row tile layout (see the module doc): a reordering, exact. wide_q8: a q8 weight
-        takes 16-bit activations where the layout has them (x86)."""
+        takes 16-bit activations where the layout has them (x86). compact: a K-quant keeps the file's integer
+        factors (x86; else fp32 factors, the same numbers)."""
         if not self.tileable():
             raise ValueError(f"only a row-layout weight of N % 16 == 0 rows tiles, got N = {self.n}"
                              f"{' (already tiled)' if self.tiled else ''}")
         if neon_layout.ACTIVE:  # ARM: SMMLA's operand order (csrc/core/quant_tiles_neon.h)
             high = neon_layout.tile_high(self.high) if self.high is not None else None
             return replace(self, values=neon_layout.tile_values(self.values, self.kind), high=high,
-                           scales=_group_major(self.scales), mins=_group_major(self.mins), tiled=True)
+                           scales=_group_major(self.scales), mins=_group_major(self.mins), tiled=True,
+                           packed_factors=None)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
         if self.kind in ("q8", "q8h"):  # [g, n, b, r, j] -> [g, b, r, n, j], as u8 (w + 128)
             v = self.values.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4) ^ -128
@@ -108,15 +124,39 @@ class QuantWeight:
             bits = bits.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(groups, nb, 8, 64)
             words = (bits << torch.arange(64)).sum(-1)                      # int64 wraps like uint64
             high = words.contiguous().view(torch.int32).view(self.high.shape)
-        return QuantWeight(self.kind, values, _group_major(self.scales), _group_major(self.mins), high,
-                           self.source, self.min_offset, True, wide_activations=wide_q8 and self.kind == "q8" and _wide_q8())
+        scales, mins = _group_major(self.scales), _group_major(self.mins)
+        if self._compacts(compact):
+            scales, mins = (None if t is None else _compact_group_major(t, self.k // 256) for t in self.packed_factors)
+        return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, True,
+                           wide_activations=wide_q8 and self.kind == "q8" and _wide_q8())
 
-    def tile_in_place(self, wide_q8: bool = True) -> QuantWeight:
-        """tiled_copy() written over this weight's own tensors (same shapes and dtypes), which it then owns."""
-        tiled = self.tiled_copy(wide_q8)
-        for dst, src in zip(self.present(), tiled.present()):
+    def present_for_tiles(self, compact: bool = True) -> list[torch.Tensor]:
+        """Tensors of the shapes and dtypes of tiled_copy(compact=compact).present(), in order: this weight's
+        (its compact factors where the tiled copy takes them)."""
+        if not self._compacts(compact):
+            return self.present()
+        return [t for t in (self.values, *self.packed_factors, self.high) if t is not None]
+
+    def tile_into(self, tensors: list[torch.Tensor], wide_q8: bool = True, compact: bool = True) -> QuantWeight:
+        """tiled_copy() written into `tensors` (shaped as present_for_tiles()), which it then owns."""
+        tiled = self.tiled_copy(wide_q8, compact)
+        for dst, src in zip(tensors, tiled.present(), strict=True):
             dst.copy_(src)
-        return replace(self, tiled=True, wide_activations=tiled.wide_activations)
+        return tiled.with_tensors(tensors)
+
+    def tile_in_place(self, wide_q8: bool = True, compact: bool = True) -> QuantWeight:
+        """tiled_copy() written over this weight's own tensors, which it then owns: compact factors (smaller
+        than the fp32 ones) into the first bytes of the fp32 tensors. (To hold no more than the compact bytes,
+        give tile_into() tensors shaped as present_for_tiles().)"""
+        if not self._compacts(compact):
+            return self.tile_into(self.present(), wide_q8, compact)
+        own = {"values": self.values, "scales": self.scales, "mins": self.mins, "high": self.high}
+        dst = []
+        for name, t in zip(("values", "scales", "mins", "high"), (self.values, *self.packed_factors, self.high)):
+            if t is not None:
+                dst.append(own[name] if name in ("values", "high") else
+                           own[name].view(-1).view(torch.uint8)[:t.numel()].view(t.shape))
+        return self.tile_into(dst, wide_q8, compact)
 
     def untiled(self) -> QuantWeight:
         """The row layout of a tiled weight (itself when it is not tiled)."""
@@ -127,6 +167,12 @@ class QuantWeight:
             return replace(self, values=neon_layout.untile_values(self.values, self.kind), high=high,
                            scales=_row_major(self.scales), mins=_row_major(self.mins), tiled=False)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
+        scales, mins, packed = _row_major(self.scales), _row_major(self.mins), None
+        if self.compact:  # the fp32 factors of the row layout, and the compact ones to tile again
+            subs = nb * (2 if self.kind == "q8h" else 1)
+            packed = tuple(None if t is None else _compact_row_major(t, self.k // 256) for t in (self.scales, self.mins))
+            scales = _expand_compact(packed[0], subs, signed=self.kind == "q8h")
+            mins = None if packed[1] is None else _expand_compact(packed[1], nb, signed=False)
         if self.kind in ("q8", "q8h"):
             v = (self.values.view(groups, nb, 8, TILE_ROWS, 4) ^ -128).permute(0, 3, 1, 2, 4)
         else:
@@ -138,8 +184,8 @@ class QuantWeight:
             bits = (words >> torch.arange(64)) & 1                          # [g, b, r, 4n + j]
             bits = bits.view(groups, nb, 8, TILE_ROWS, 4).permute(0, 3, 1, 2, 4).reshape(self.n, nb, 32)
             high = (bits << torch.arange(32)).sum(-1).to(torch.int32)     # wraps like uint32
-        return QuantWeight(self.kind, values, _row_major(self.scales), _row_major(self.mins), high,
-                           self.source, self.min_offset, False)
+        return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, False,
+                           packed_factors=packed)
 
     def effective_mins(self) -> torch.Tensor | None:
         """fp32 mins [N, K/32]: stored ones, or min_offset * scale, or None."""
@@ -159,8 +205,9 @@ class QuantWeight:
                     return self._group_slice(lo // TILE_ROWS, hi // TILE_ROWS)
             return self.untiled().rows(index)
         pick = (lambda t: None if t is None else t[index].contiguous())
+        packed = None if self.packed_factors is None else tuple(pick(t) for t in self.packed_factors)
         return QuantWeight(self.kind, pick(self.values), pick(self.scales), pick(self.mins), pick(self.high),
-                           self.source, self.min_offset)
+                           self.source, self.min_offset, packed_factors=packed)
 
     def _group_slice(self, g0: int, g1: int) -> QuantWeight:
         def part(t):  # every tensor of a tiled weight is group-major: groups [g0, g1) are one contiguous run
@@ -177,10 +224,13 @@ class QuantWeight:
         if len({p.layout for p in parts}) != 1:
             raise ValueError(f"cannot concatenate quantized weights of layouts {sorted({p.layout for p in parts})}")
         join = (lambda ts: None if ts[0] is None else torch.cat(ts))
+        packed = None
+        if all(p.packed_factors is not None for p in parts) and len({p.k for p in parts}) == 1:
+            packed = tuple(join([p.packed_factors[i] for p in parts]) for i in range(2))
         return QuantWeight(parts[0].kind, join([p.values for p in parts]), join([p.scales for p in parts]),
                            join([p.mins for p in parts]), join([p.high for p in parts]),
                            "+".join(sorted({p.source for p in parts})), parts[0].min_offset, parts[0].tiled,
-                           parts[0].wide_activations)
+                           parts[0].wide_activations, packed)
 
     @property
     def layout(self) -> tuple:
@@ -231,6 +281,31 @@ def _row_major(t: torch.Tensor | None) -> torch.Tensor | None:
     if t is None:
         return None
     return t.view(-1, t.shape[1], TILE_ROWS).transpose(1, 2).contiguous().view(t.shape)
+
+
+def _compact_group_major(t: torch.Tensor, supers: int) -> torch.Tensor:
+    """Compact factors uint8 [N, S + 2 supers], row order -> the tile layout's: per group of 16 rows, the
+    integers [S][16], then the fp16 super-factors [supers][16] (quant_tiles.h). Same shape."""
+    n, subs = t.shape[0], t.shape[1] - 2 * supers
+    ints = _group_major(t[:, :subs].contiguous()).view(n // TILE_ROWS, -1)
+    supers_ = _group_major(t[:, subs:].contiguous().view(torch.float16)).view(torch.uint8).view(n // TILE_ROWS, -1)
+    return torch.cat([ints, supers_], dim=1).view(t.shape)
+
+
+def _compact_row_major(t: torch.Tensor, supers: int) -> torch.Tensor:
+    n, subs = t.shape[0], t.shape[1] - 2 * supers
+    per_group = t.view(n // TILE_ROWS, -1)
+    ints = _row_major(per_group[:, :TILE_ROWS * subs].reshape(n, subs))
+    halves = per_group[:, TILE_ROWS * subs:].contiguous().view(torch.float16).reshape(n, supers)
+    return torch.cat([ints, _row_major(halves).view(torch.uint8)], dim=1)
+
+
+def _expand_compact(t: torch.Tensor, subs: int, signed: bool) -> torch.Tensor:
+    """Compact factors (row order) -> fp32 [N, subs]: integer * fp16 super-factor, exact."""
+    ints = t[:, :subs].contiguous()
+    ints = ints.view(torch.int8) if signed else ints
+    supers = t[:, subs:].contiguous().view(torch.float16).float()
+    return ints.float() * supers.repeat_interleave(subs // supers.shape[1], dim=1)
 
 
 def quantize_activations(x: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

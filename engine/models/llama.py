@@ -11,6 +11,7 @@ otherwise cost a few milliseconds per decode step over 30 layers. No forward hoo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -274,19 +275,23 @@ class CausalLM(nn.Module):
             return
         tiles = tiles and self._kernels is not None and self._kernels.tiles_native()
         q8_wide = q8_wide and all(w.kind == "q8" for w in unique.values())
-        slots = iter(huge_page_slots([(t.shape, t.dtype) for w in unique.values() for t in w.present()]))
-        slots_of = {key: [next(slots) for _ in w.present()] for key, w in unique.items()}
-        del users, slots, w, ok   # no reference to an original beyond its users
+        # a weight to tile takes slots of its tiled tensors (a K-quant's: the file's compact factors, x86)
+        held = {key: w.present_for_tiles() if tiles and tileable[key] else w.present() for key, w in unique.items()}
+        slots = iter(huge_page_slots([(t.shape, t.dtype) for ts in held.values() for t in ts]))
+        slots_of = {key: [next(slots) for _ in ts] for key, ts in held.items()}
+        del users, slots, w, ok, held   # no reference to an original beyond its users
         moved = {}
 
         def move(key: int) -> QuantWeight:
-            """Copied into its slots (memory committed as written), tiled there; the original is then
-            referenced by its users only, which take the copy next: one copy of the weights at a time."""
+            """Copied into its slots (memory committed as written), tiled as it goes where it tiles; the
+            original is then referenced by its users only, which take the copy next: one copy at a time."""
             if key not in moved:
                 w = unique.pop(key)
-                moved[key] = w.with_tensors([slot.copy_(t) for slot, t in zip(slots_of.pop(key), w.present())])
                 if tiles and tileable[key]:
-                    moved[key] = moved[key].tile_in_place(wide_q8=q8_wide)
+                    moved[key] = w.tile_into(slots_of.pop(key), wide_q8=q8_wide)
+                else:
+                    copy = w.with_tensors([slot.copy_(t) for slot, t in zip(slots_of.pop(key), w.present())])
+                    moved[key] = replace(copy, packed_factors=None)
             return moved[key]
 
         for m in layers:

@@ -5,7 +5,9 @@ fp32 per-block factors, so `QuantWeight.dequantize()` gives exactly what `gguf.q
 Signed 4/5-bit types (Q4_0, Q5_0) become unsigned values with min = -8 d (-16 d), kept as min_offset and not
 stored: d * q - 8 d is exact in fp32, so nothing rounds differently. Types whose factors are fp16 in the file
 (Q8_0, Q4_0/1, Q5_0/1) keep them in fp16, so memory is the file's size. K-quants' 6-bit sub-block scales are
-folded into fp32 scales per 32 (d * sc and dmin * m are exact products of an fp16 and a small integer).
+folded into fp32 scales per 32 (d * sc and dmin * m are exact products of an fp16 and a small integer), and
+kept as the file has them too (`packed_factors`: the integers and the fp16 d, -dmin per 256), which the x86 tile
+layout runs instead: a Q4_K weight then takes the file's bytes, not 2 bits a weight more.
 """
 from __future__ import annotations
 
@@ -48,17 +50,27 @@ HALF_FACTORS = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")   # fp16 scales (and min
 MIN_OFFSET = {"Q4_0": -8, "Q5_0": -16}                  # signed types: min = offset * scale
 
 
-def _weight(kind: str, source: str, q: np.ndarray, scales: np.ndarray, mins: np.ndarray | None) -> QuantWeight:
+def _packed(ints: np.ndarray, supers: np.ndarray, rows: int) -> torch.Tensor:
+    """Integers [blocks, S] (u8 or i8) and fp16 bits [blocks] of 256-element super-blocks -> uint8 [rows, S' +
+    2 supers]: a row's integers, then its fp16 super-factors (QuantWeight.packed_factors)."""
+    ints = np.ascontiguousarray(ints).view(np.uint8).reshape(rows, -1)
+    halves = np.ascontiguousarray(supers).view(np.uint8).reshape(rows, -1)
+    return torch.from_numpy(np.concatenate([ints, halves], axis=1))
+
+
+def _weight(kind: str, source: str, q: np.ndarray, scales: np.ndarray, mins: np.ndarray | None,
+            packed: tuple | None = None) -> QuantWeight:
     rows = q.shape[0]
     dtype = np.float16 if source in HALF_FACTORS else np.float32   # fp16 -> fp32 -> fp16 is exact
     t = (lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32).astype(dtype).reshape(rows, -1)))
     if kind in ("q8", "q8h"):
         values = torch.from_numpy(np.ascontiguousarray(q.astype(np.int8)))
-        return QuantWeight(kind, values, t(scales), None, None, source)
+        return QuantWeight(kind, values, t(scales), None, None, source, packed_factors=packed)
     high = torch.from_numpy(_high_bits(q)) if kind == "q5" else None
     offset = MIN_OFFSET.get(source, 0)
     stored = None if offset else t(mins)
-    return QuantWeight(kind, torch.from_numpy(_nibble_bytes(q)), t(scales), stored, high, source, offset)
+    return QuantWeight(kind, torch.from_numpy(_nibble_bytes(q)), t(scales), stored, high, source, offset,
+                       packed_factors=packed)
 
 
 def _q8_0(b):
@@ -103,10 +115,13 @@ def _k_scales(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
-def _k_factors(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _k_factors(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """(scales, mins, the file's form: (sc, d bits, m, -dmin bits)) of Q4_K/Q5_K blocks."""
     d, dmin = _f16(b[:, :2]), _f16(b[:, 2:4])
     sc, mn = _k_scales(b[:, 4:16])
-    return d * sc.astype(np.float32), -(dmin * mn.astype(np.float32))
+    neg_dmin = np.ascontiguousarray(b[:, 2:4]).view(np.uint16) ^ np.uint16(0x8000)   # -(dmin m) = m (-dmin)
+    file_form = (sc, np.ascontiguousarray(b[:, :2]).view(np.uint16), mn, neg_dmin)
+    return d * sc.astype(np.float32), -(dmin * mn.astype(np.float32)), file_form
 
 
 def _k_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -116,14 +131,14 @@ def _k_nibbles(qs: np.ndarray) -> np.ndarray:
 
 
 def _q4_k(b):
-    scales, mins = _k_factors(b)
-    return "q4", _k_nibbles(b[:, 16:]), scales, mins
+    scales, mins, file_form = _k_factors(b)
+    return "q4", _k_nibbles(b[:, 16:]), scales, mins, file_form
 
 
 def _q5_k(b):
-    scales, mins = _k_factors(b)
+    scales, mins, file_form = _k_factors(b)
     qh = b[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
-    return "q5", _k_nibbles(b[:, 48:]) | ((qh & 1) << 4), scales, mins
+    return "q5", _k_nibbles(b[:, 48:]) | ((qh & 1) << 4), scales, mins, file_form
 
 
 def _q6_k(b):
@@ -132,8 +147,9 @@ def _q6_k(b):
     qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
     qh = (qh & 3).reshape(-1, 8, 32)
     q = (ql | (qh << 4)).astype(np.int16) - 32
-    scales = b[:, 192:208].view(np.int8).astype(np.float32) * _f16(b[:, 208:210])
-    return "q8h", q, scales, None
+    sc = np.ascontiguousarray(b[:, 192:208]).view(np.int8)
+    scales = sc.astype(np.float32) * _f16(b[:, 208:210])
+    return "q8h", q, scales, None, (sc, np.ascontiguousarray(b[:, 208:210]).view(np.uint16), None, None)
 
 
 DECODERS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1,
@@ -156,9 +172,13 @@ def repack(type_name: str, raw: np.ndarray, rows: int, cols: int, tensor: str = 
     if blocks.size != rows * cols // elems * size:
         raise ValueError(f"tensor {tensor}: {blocks.size} bytes, a [{rows}, {cols}] {type_name} tensor has "
                          f"{rows * cols // elems * size}")
-    kind, q, scales, mins = DECODERS[type_name](blocks.reshape(-1, size))
+    kind, q, scales, mins, *file_form = DECODERS[type_name](blocks.reshape(-1, size))
+    packed = None
+    if file_form:   # K-quants: the factors as the file has them, for the tile layout
+        sc, d, mn, neg_dmin = file_form[0]
+        packed = (_packed(sc, d, rows), None if mn is None else _packed(mn, neg_dmin, rows))
     return _weight(kind, type_name, np.asarray(q).reshape(rows, cols), np.asarray(scales).reshape(rows, -1),
-                   None if mins is None else np.asarray(mins).reshape(rows, -1))
+                   None if mins is None else np.asarray(mins).reshape(rows, -1), packed)
 
 
 def dense(type_name: str, raw: np.ndarray, rows: int, cols: int) -> torch.Tensor:

@@ -10,6 +10,7 @@ from gguf.quants import dequantize, quantize
 
 import llmchat.kernels as K
 from llmchat.engine.quant.gguf_blocks import BLOCKS, UnsupportedTensorType, dense, repack
+from llmchat.kernels.quant import reference_linear
 
 ROUND_TRIP = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]   # the gguf package can write these itself
 K_QUANTS = {"Q4_K": ((0, 2), (2, 4)), "Q5_K": ((0, 2), (2, 4)), "Q6_K": ((208, 210),)}  # fp16 fields
@@ -74,3 +75,51 @@ def test_unsupported_and_malformed_tensors_are_named():
         repack("Q4_K", np.zeros(144, np.uint8), 1, 128, "t")
     with pytest.raises(ValueError, match="bytes"):
         repack("Q8_0", np.zeros(30, np.uint8), 1, 32, "t")
+
+
+# x86's tile layout runs K-quants on the file's factors (small integers, one fp16 per 256): the same numbers
+# as the fp32 factors of the layout without them (compact=False, the oracle), so the same bits everywhere.
+# bytes held : the file's (Q4_K: 8-bit sc and m where the file has 6 bits, 148 bytes a super-block for 144)
+COMPACT_BOUND = {"Q4_K": (148, 144), "Q5_K": (180, 176), "Q6_K": (8.6, 6.5625)}
+
+
+@pytest.mark.skipif(not K.tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI)")
+@pytest.mark.parametrize("type_name", list(K_QUANTS))
+def test_k_quant_tiles_keep_the_file_factors(type_name):
+    rows, cols = 48, 512
+    raw = random_k_blocks(type_name, rows, cols, seed=7)
+    want = torch.from_numpy(dequantize(raw, T[type_name]))
+    w = repack(type_name, raw, rows, cols)
+    compact, fp32 = w.tiled_copy(), w.tiled_copy(compact=False)
+    assert compact.compact and compact.scales.dtype == torch.uint8 and not fp32.compact
+    held, file = COMPACT_BOUND[type_name]
+    assert compact.nbytes * file <= held * raw.nbytes and fp32.nbytes * file > held * raw.nbytes
+    assert torch.equal(compact.dequantize(), want) and torch.equal(compact.untiled().dequantize(), want)
+    back = compact.untiled()
+    assert all(torch.equal(a, b) for a, b in zip(back.present(), w.present()))
+    assert all(torch.equal(a, b) for a, b in zip(back.tiled_copy().present(), compact.present()))
+    for dtype in (torch.float32, torch.bfloat16):
+        for m in (1, 3, 16, 17, 33):   # VNNI, and AMX for whole 16-token tiles where granted
+            x = torch.randn(m, cols, generator=torch.Generator().manual_seed(m)).to(dtype)
+            got = K.quant_linear(x, compact)
+            assert torch.equal(got, K.quant_linear(x, fp32)), (dtype, m)
+            ref = reference_linear(x, compact).double()
+            tol = {torch.float32: 2e-5, torch.bfloat16: 1e-2}[dtype]
+            # (these random blocks make outputs of hundreds: the error is relative to the output's scale)
+            assert ((got.double() - ref).abs() / (1 + ref.abs().amax())).max().item() < tol
+    ids = torch.tensor([0, 47, 17, 30, 17, 5])
+    assert torch.equal(K.quant_rows(compact, ids, torch.float32), K.quant_rows(fp32, ids, torch.float32))
+    assert torch.equal(K.quant_rows(compact, ids, torch.float32), want[ids])
+    x = torch.randn(5, cols)
+    whole = compact.rows(slice(16, 48))   # whole groups: stays compact and tiled
+    assert whole.compact and torch.equal(K.quant_linear(x, whole), K.quant_linear(x, compact)[:, 16:48])
+    both = type(w).cat([compact.rows(slice(0, 16)), whole])
+    assert torch.equal(K.quant_linear(x, both), K.quant_linear(x, compact))
+    assert torch.equal(w.rows(slice(3, 21)).dequantize(), want[3:21])
+    copy = w.with_tensors([t.clone() for t in w.present()])
+    copy = type(w)(**{**copy.__dict__, "packed_factors": tuple(None if t is None else t.clone()
+                                                               for t in w.packed_factors)})
+    in_place = copy.tile_in_place()
+    assert in_place.compact and torch.equal(K.quant_linear(x, in_place), K.quant_linear(x, compact))
+    into = w.tile_into([torch.empty_like(t) for t in w.present_for_tiles()])
+    assert all(torch.equal(a, b) for a, b in zip(into.present(), compact.present()))

@@ -29,6 +29,7 @@ struct QuantWeightView {
   const void* scales = nullptr;    // float, or fp16 bits with half_factors
   const void* mins = nullptr;      // Q4/Q5: [N, K/32] like scales, or null
   bool half_factors = false;
+  bool compact_factors = false;    // tiled K-quants: uint8 [N, S + 2 K/256] (quant_tiles.h), else float/fp16
   int min_offset = 0;              // a power of two: min_offset * scale is exact
   bool tiled = false;              // the 16-row tile layout of quant_tiles.h (n % 16 == 0), else rows
   bool wide_activations = false;   // Q8 tiled only: activations in 16 bits (quant_tiles.h), else 8

@@ -48,10 +48,26 @@ struct Acts {
   const int8_t* q_high = nullptr;
 };
 
-template <bool HALF>
-inline __m512 factors16(const void* p, int64_t at) {  // 16 per-row factors from index at
-  if constexpr (HALF) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + at)));
-  else return _mm512_loadu_ps(static_cast<const float*>(p) + at);
+// How a weight's per-block factors are stored (quant_tiles.h): fp32, fp16, or compact (K-quants: a small
+// integer per sub-block, u8 or i8, times one fp16 per 256 elements).
+enum Factors : int { kF32 = 0, kF16 = 1, kCompactU8 = 2, kCompactI8 = 3 };
+
+// 16 rows' factors of sub-block s of group g, for `subs` sub-blocks and `supers` super-blocks (K/256) a row.
+// Compact: float(int) * float(fp16) is exact (at most 19 significant bits), the fp32 factor the file means.
+template <int F>
+inline __m512 factors16(const void* p, int64_t g, int64_t s, int64_t subs, int64_t supers) {
+  if constexpr (F == kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + (g * subs + s) * kTileRows)));
+  } else if constexpr (F == kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(p) + (g * subs + s) * kTileRows);
+  } else {
+    const uint8_t* group = static_cast<const uint8_t*>(p) + g * kTileRows * (subs + 2 * supers);
+    const __m128i ints = _mm_loadu_si128(reinterpret_cast<const __m128i*>(group + s * kTileRows));
+    const __m512i wide = F == kCompactI8 ? _mm512_cvtepi8_epi32(ints) : _mm512_cvtepu8_epi32(ints);
+    const int64_t super = s / (subs / supers);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + subs * kTileRows + super * 2 * kTileRows)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(wide), d);
+  }
 }
 
 // The 8 B rows (u8 weights, 16 rows x 4 elements each) of group g, block b.
@@ -128,7 +144,7 @@ struct Store {
 // G groups x T tokens from (g0, m0) on VNNI block dots: per block, 8 vpdpbusd a group and token give the
 // block's int32 sums of 16 rows in the lanes (starting from -offset, so they come out signed). WIDE: 8 more
 // for the high bytes, added shifted by 8.
-template <QuantKind KIND, bool HALF, bool WIDE, int G, int T>
+template <QuantKind KIND, int HALF, bool WIDE, int G, int T>
 void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, const Store& finish) {
   constexpr int kSub = halves(KIND) ? 2 : 1;
   const int64_t nb = x.nb;
@@ -158,11 +174,11 @@ void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, 
         }
       }
       for (int h = 0; h < kSub; ++h) {
-        const __m512 scale = factors16<HALF>(a.w.scales, ((g0 + g) * kSub * nb + kSub * b + h) * kTileRows);
+        const __m512 scale = factors16<HALF>(a.w.scales, g0 + g, kSub * b + h, kSub * nb, nb / 8);
         for (int t = 0; t < T; ++t) acc[g][t] = scaled_add(acc[g][t], isum[t][h], scale, x.d[(m0 + t) * nb + b]);
       }
       if (nibbles(KIND) && a.w.mins != nullptr) {
-        const __m512 mins = factors16<HALF>(a.w.mins, ((g0 + g) * nb + b) * kTileRows);
+        const __m512 mins = factors16<HALF>(a.w.mins, g0 + g, b, nb, nb / 8);
         for (int t = 0; t < T; ++t) acc[g][t] = _mm512_fmadd_ps(mins, _mm512_set1_ps(x.dsum[(m0 + t) * nb + b]), acc[g][t]);
       }
     }
@@ -171,7 +187,7 @@ void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, 
     for (int t = 0; t < T; ++t) finish(g0 + g, m0 + t, acc[g][t]);
 }
 
-template <QuantKind KIND, bool HALF, bool WIDE, int G>
+template <QuantKind KIND, int HALF, bool WIDE, int G>
 void vnni_tokens(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, int64_t m1,
                  const Store& finish) {
   int64_t m = m0;
@@ -186,7 +202,7 @@ void vnni_tokens(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0
 
 // Groups [g0, g1) against tokens [m0, m1): a lone token takes 4 groups at once (more rows share each
 // activation load), more tokens 2 groups (the weight rows are reused across the tile's tokens).
-template <QuantKind KIND, bool HALF, bool WIDE>
+template <QuantKind KIND, int HALF, bool WIDE>
 void vnni_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1, int64_t m0, int64_t m1,
                  const Store& finish) {
   int64_t g = g0;
@@ -264,7 +280,7 @@ __attribute__((always_inline)) inline void fold(float* acc, int64_t stride, cons
 // bytes as the two A tiles). w[j]: group g + j's B rows (the 4/5-bit kinds' unpacked, 512 bytes a block), or
 // with UNPACK (a 4/5-bit kind) none: each block is unpacked two sub-blocks ahead into a ring that stays in L1.
 // OFF: the sums have offsets to take off; MINS: stored mins.
-template <QuantKind KIND, bool HALF, bool OFF, bool MINS, bool UNPACK, bool WIDE, int TM, int TN, int NA, int NB>
+template <QuantKind KIND, int HALF, bool OFF, bool MINS, bool UNPACK, bool WIDE, int TM, int TN, int NA, int NB>
 void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t* const* w, int64_t m,
                const Store& finish) {
   constexpr int kSub = halves(KIND) ? 2 : 1, kSubBytes = 32 / kSub, kB = kSubBytes * kTileRows;
@@ -278,8 +294,6 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
   std::memset(acc, 0, sizeof acc);
   const int8_t* q = x.q + m * k;
   const int8_t* q1 = WIDE ? x.q_high + m * k : NA > 1 ? q + kTileTokens * k : nullptr;  // the second A tile
-  const void* scales = static_cast<const char*>(a.w.scales) + g * subs * kTileRows * (HALF ? 2 : 4);
-  const void* mins = MINS ? static_cast<const char*>(a.w.mins) + g * nb * kTileRows * (HALF ? 2 : 4) : nullptr;
   alignas(64) uint8_t ring[UNPACK ? 4 : 1][NB][512];
   auto unpack = [&](int64_t b) {
     for (int j = 0; j < NB; ++j) {
@@ -306,8 +320,8 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
     if (s + 1 < subs) products(s + 1);
     auto& c = sums[s & 1];
     for (int j = 0; j < NB; ++j) {
-      const __m512 scale = factors16<HALF>(scales, (j * subs + s) * kTileRows);
-      const __m512 mn = MINS ? factors16<HALF>(mins, (j * nb + s) * kTileRows) : scale;
+      const __m512 scale = factors16<HALF>(a.w.scales, g + j, s, subs, nb / 8);
+      const __m512 mn = MINS ? factors16<HALF>(a.w.mins, g + j, s, nb, nb / 8) : scale;
       for (int i = 0; i < kTok; ++i) {
         const int64_t mt = m + i * kTileTokens;
         fold<OFF, MINS, WIDE>(&acc[i * kTileTokens][j * kTileRows], kStride, c[i * TN + j], WIDE ? c[TN + j] : nullptr,
@@ -324,7 +338,7 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
 
 // Groups [g0, g1) x tokens [0, tokens) (whole tiles) in TM x TN chunks, the tails in smaller ones. WIDE (16-bit
 // activations, TM = 2): the two A tiles are one token tile's low and high bytes.
-template <QuantKind KIND, bool HALF, bool WIDE, int TM, int TN>
+template <QuantKind KIND, int HALF, bool WIDE, int TM, int TN>
 void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1, int64_t tokens, const Store& finish) {
   const int64_t nb = x.nb;
   amx::configure(int8_tiles<TM, TN>(halves(KIND) ? 16 : 32));  // per task: tile state belongs to the thread
@@ -374,7 +388,7 @@ void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1,
 }
 #endif
 
-template <QuantKind KIND, bool HALF>
+template <QuantKind KIND, int HALF>
 void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const int64_t nb = x.nb, groups = a.w.n / kTileRows;
   const Store finish{a};
@@ -462,7 +476,7 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
     quantize_activations_wide(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), q_high.data(), d.data(), offsets.data(), rt);
     // dsum is read only with stored mins, which Q8 has not
     const Acts x{q.data(), d.data(), d.data(), offsets.data(), a.w.k, nb, q_high.data()};
-    return a.w.half_factors ? run<QuantKind::Q8, true>(a, x, rt) : run<QuantKind::Q8, false>(a, x, rt);
+    return a.w.half_factors ? run<QuantKind::Q8, kF16>(a, x, rt) : run<QuantKind::Q8, kF32>(a, x, rt);
   }
   dsum.resize(size_t(a.m * nb));
   quantize_activations(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), d.data(), dsum.data(), rt);
@@ -484,13 +498,18 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
     });
   }
   const Acts x{q.data(), d.data(), dsum.data(), offset != 0 ? offsets.data() : nullptr, a.w.k, nb};
-  const bool half = a.w.half_factors;
+  const bool half = a.w.half_factors, compact = a.w.compact_factors;  // compact: K-quants only (the binding checks)
   switch (a.w.kind) {
-    case QuantKind::Q8: return half ? run<QuantKind::Q8, true>(a, x, rt) : run<QuantKind::Q8, false>(a, x, rt);
+    case QuantKind::Q8: return half ? run<QuantKind::Q8, kF16>(a, x, rt) : run<QuantKind::Q8, kF32>(a, x, rt);
     case QuantKind::Q8Halves:
-      return half ? run<QuantKind::Q8Halves, true>(a, x, rt) : run<QuantKind::Q8Halves, false>(a, x, rt);
-    case QuantKind::Q4: return half ? run<QuantKind::Q4, true>(a, x, rt) : run<QuantKind::Q4, false>(a, x, rt);
-    case QuantKind::Q5: return half ? run<QuantKind::Q5, true>(a, x, rt) : run<QuantKind::Q5, false>(a, x, rt);
+      return compact ? run<QuantKind::Q8Halves, kCompactI8>(a, x, rt)
+             : half  ? run<QuantKind::Q8Halves, kF16>(a, x, rt) : run<QuantKind::Q8Halves, kF32>(a, x, rt);
+    case QuantKind::Q4:
+      return compact ? run<QuantKind::Q4, kCompactU8>(a, x, rt)
+             : half  ? run<QuantKind::Q4, kF16>(a, x, rt) : run<QuantKind::Q4, kF32>(a, x, rt);
+    case QuantKind::Q5:
+      return compact ? run<QuantKind::Q5, kCompactU8>(a, x, rt)
+             : half  ? run<QuantKind::Q5, kF16>(a, x, rt) : run<QuantKind::Q5, kF32>(a, x, rt);
   }
 }
 
@@ -510,7 +529,18 @@ void quant_tiles_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_
   const int64_t K = w.k, nb = K / 32;
   const bool four = w.kind == QuantKind::Q4 || w.kind == QuantKind::Q5, eight_bit = !four;
   const int sub = w.kind == QuantKind::Q8Halves ? 2 : 1;
-  auto factor = [&](const void* p, int64_t i) {
+  const int64_t supers = K / 256;
+  // factor of row n, sub-block s of group g, `subs` sub-blocks a row (the layout of quant_tiles.h)
+  auto factor = [&](const void* p, int64_t g, int64_t s, int64_t subs, int64_t n) {
+    if (w.compact_factors) {
+      const uint8_t* group = static_cast<const uint8_t*>(p) + g * kTileRows * (subs + 2 * supers);
+      const uint8_t raw = group[s * kTileRows + n];
+      const int integer = w.kind == QuantKind::Q8Halves ? int(int8_t(raw)) : int(raw);
+      uint16_t bits;
+      std::memcpy(&bits, group + subs * kTileRows + (s / (subs / supers) * kTileRows + n) * 2, 2);
+      return float(integer) * to_float(fp16_t{bits});
+    }
+    const int64_t i = (g * subs + s) * kTileRows + n;
     return w.half_factors ? to_float(fp16_t{static_cast<const uint16_t*>(p)[i]}) : static_cast<const float*>(p)[i];
   };
   rt.parallel_for(num_ids, grain_for(K), [&](int64_t i0, int64_t i1) {
@@ -534,10 +564,9 @@ void quant_tiles_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_
             } else {
               q = int(blk[64 * (e / 4) + 4 * n + j]) - 128;
             }
-            const int64_t at = (g * sub * nb + sub * b + (sub == 2 ? e / 16 : 0)) * kTileRows + n;
-            const float s = factor(w.scales, at);
+            const float s = factor(w.scales, g, sub * b + (sub == 2 ? e / 16 : 0), sub * nb, n);
             float value = s * float(q);  // two roundings, as numpy does it: never one fused multiply-add
-            if (w.mins != nullptr) value = value + factor(w.mins, at);
+            if (w.mins != nullptr) value = value + factor(w.mins, g, b, nb, n);
             else if (!eight_bit && w.min_offset != 0) value = value + float(w.min_offset) * s;
             o[32 * b + e] = from_float<T>(value);
           }

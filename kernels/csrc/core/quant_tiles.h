@@ -7,7 +7,10 @@
 //   4/5-bit kinds: 256 bytes a block, [r 0..3][n][j]: low nibble = element 4r+j, high nibble = element 16+4r+j
 //     (one AND and one shift give B rows r and r + 4)
 //   Q5 high bits: 8 uint64 a block, word r bit 4n+j = bit 4 of element 4r+j of row n (a byte mask of B row r)
-//   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout
+//   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout;
+//     or compact (K-quants, uint8 tensors [N, S + 2 K/256], S sub-blocks a row): per group the integers
+//     [S][16] (Q4_K/Q5_K sc and m, u8; Q6_K sc, i8), then fp16 super-factors [K/256][16] (d; -dmin for mins):
+//     factor = float(integer) * float(fp16), exactly the fp32 factor (11 x 8 significant bits), in registers
 // Every output (token m, row n) is computed as:
 //   isum(b)  = sum_j u[n, 32b+j] * q[m, 32b+j] - offset * sum_j q[m, 32b+j], exact in int32: u the weight as
 //              stored (0..15, 0..31, or w + 128), offset 128 for the 8-bit kinds, -min_offset for the 4/5-bit

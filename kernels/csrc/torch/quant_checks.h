@@ -32,14 +32,19 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
     check_dim(op, *t, name, 2);
   }
   check_dtype(op, values, "values", nibbles ? at::kByte : at::kChar);
-  LLMCHAT_CHECK(scales.scalar_type() == at::kFloat || scales.scalar_type() == at::kHalf, op,
-                "scales must be float32 or float16, got ", scales.scalar_type());
+  LLMCHAT_CHECK(scales.scalar_type() == at::kFloat || scales.scalar_type() == at::kHalf ||
+                    scales.scalar_type() == at::kByte, op,
+                "scales must be float32, float16 or uint8 (compact K-quant factors), got ", scales.scalar_type());
   w.half_factors = scales.scalar_type() == at::kHalf;
+  w.compact_factors = scales.scalar_type() == at::kByte;
   w.n = values.size(0), w.k = values.size(1) * (nibbles ? 2 : 1);
   LLMCHAT_CHECK(w.k % 32 == 0 && w.k > 0, op, "K must be a positive multiple of 32, got ", w.k);
   const int64_t nb = w.k / 32;
   LLMCHAT_CHECK(!w.tiled || w.n % kTileRows == 0, op, "a tiled weight has a multiple of 16 rows, got ", w.n);
-  check_shape(op, scales, "scales", {w.n, w.kind == QuantKind::Q8Halves ? 2 * nb : nb});
+  LLMCHAT_CHECK(!w.compact_factors || (w.tiled && quant_tiles_compiled() && w.kind != QuantKind::Q8 && w.k % 256 == 0),
+                op, "compact (uint8) factors are for K-quant weights (K % 256 == 0) in the x86 tile layout");
+  const int64_t subs = w.kind == QuantKind::Q8Halves ? 2 * nb : nb;
+  check_shape(op, scales, "scales", {w.n, w.compact_factors ? subs + 2 * (w.k / 256) : subs});
   w.values = values.data_ptr(), w.scales = scales.data_ptr();
   if (w.kind == QuantKind::Q5) {
     check_cpu(op, high, "high");
@@ -53,7 +58,7 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
     check_cpu(op, mins, "mins");
     check_contiguous(op, mins, "mins");
     check_dtype(op, mins, "mins", scales.scalar_type());
-    check_shape(op, mins, "mins", {w.n, nb});
+    check_shape(op, mins, "mins", {w.n, w.compact_factors ? nb + 2 * (w.k / 256) : nb});
     w.mins = mins.data_ptr();
   }
   const int64_t m = min_offset < 0 ? -min_offset : min_offset;
