@@ -87,17 +87,21 @@ class PreparedCache:
                     buffer = self._map_data(handle, data_start, manifest["nbytes"])
                 else:
                     buffer = self._read_data(handle, data_start, manifest["nbytes"], progress)
+            # everything checked before anything is attached: a bad manifest leaves the model untouched
+            weights = [_weight_from(entry, buffer) for entry in manifest["weights"]]
+            linears = [(model.get_submodule(name), [(start, weights[i]) for start, i in runs])
+                       for name, runs in manifest["linears"].items()]
+            table = None if manifest["embedding"] is None else weights[manifest["embedding"]]
             os.utime(self.path)   # recently used: the last to be evicted
         except (FileNotFoundError, NotADirectoryError):
             return False
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError, RuntimeError) as exc:
             self._discard(f"unreadable ({exc})")
             return False
-        weights = [_weight_from(entry, buffer) for entry in manifest["weights"]]
-        for name, runs in manifest["linears"].items():
-            model.get_submodule(name).attach_prepared_runs([(start, weights[i]) for start, i in runs])
-        if manifest["embedding"] is not None:
-            model.set_quantized_embedding(weights[manifest["embedding"]])
+        for module, runs in linears:
+            module.attach_prepared_runs(runs)
+        if table is not None:
+            model.set_quantized_embedding(table)
         model.__dict__["_weights_prepared"] = True
         return True
 

@@ -106,3 +106,28 @@ def test_switched_off_nothing_is_written(store, tiny_gguf, cache_dir, monkeypatc
     monkeypatch.setenv("LLMCHAT_PREPARED_CACHE", "0")
     load(folder)
     assert not cache_dir.exists() or not list(cache_dir.glob("*.bin"))
+
+
+def test_a_manifest_that_does_not_fit_the_model_leaves_it_untouched(store, tiny_gguf, cache_dir, caplog):
+    """A well-formed file (its checksum right) whose manifest names a module the model has not: discarded
+    before any weight is attached, and the load goes on cold."""
+    import json
+    import zlib
+
+    from llmchat.engine.quant.prepared_cache import MAGIC, _aligned
+    folder = store.import_path(tiny_gguf("llama", "mixed")).path
+    reference = run(load(folder))
+    (path,) = cache_dir.glob("*.bin")
+    data = path.read_bytes()
+    _, length, _ = HEADER.unpack(data[:HEADER.size])
+    manifest = json.loads(data[HEADER.size:HEADER.size + length])
+    first = next(iter(manifest["linears"]))
+    manifest["linears"]["model.no_such_layer"] = manifest["linears"].pop(first)
+    text = json.dumps(manifest).encode()
+    body = data[_aligned(HEADER.size + length):]
+    header = HEADER.pack(MAGIC, len(text), zlib.crc32(text)) + text
+    path.write_bytes(header + bytes(_aligned(len(header)) - len(header)) + body)
+    with caplog.at_level(logging.WARNING):
+        llm = load(folder)
+    assert not prepared(llm) and "discarded" in caplog.text
+    assert run(llm) == reference
