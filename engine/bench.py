@@ -146,11 +146,10 @@ def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 
     }
     rss = psutil.Process().memory_info().rss
     result["memory_mb"] = {"resident": rss / MB, "resident_before_load": rss0 / MB, "weights": weights / MB,
-                           "kv_budget": llm.metrics().kv_cache_gb * 1024,
-                           "over_weights_plus_kv": (rss - weights) / MB - llm.metrics().kv_cache_gb * 1024}
+                           "kv_budget": llm.metrics().kv_cache_gb * 1024, "over_weights": (rss - weights) / MB}
     if gguf is not None:
         result["memory_mb"]["file"] = gguf.stat().st_size / MB
-        result["memory_mb"]["over_file_plus_kv"] = (rss - gguf.stat().st_size) / MB - llm.metrics().kv_cache_gb * 1024
+        result["memory_mb"]["over_file"] = (rss - gguf.stat().st_size) / MB
         _quantized_figures(result, llm, gguf, Path(model_path), new_tokens, prompt_len, prefix_len, llamacpp)
     result["decode_bytes_per_token"] = decode_bytes_per_token(runner.model)
     vocab = llm.engine.vocab_size
@@ -316,11 +315,9 @@ def format_report(r: dict) -> str:
             lines.append(f"quality vs fp32 dequantized ({who}, {q['positions']} positions): KL {q['kl_divergence']:.5f}, "
                          f"top-1 agreement {q['top1_agreement']:.1%}")
     m = r["memory_mb"]
-    if "file" in m:
-        lines.append(f"resident {m['resident']:.0f} MB = file {m['file']:.0f} MB + KV budget {m['kv_budget']:.0f} MB "
-                     f"+ {m['over_file_plus_kv']:.0f} MB other")
-    lines.append(f"resident {m['resident']:.0f} MB = weights {m['weights']:.0f} MB + KV budget {m['kv_budget']:.0f} MB "
-                 f"+ {m['over_weights_plus_kv']:.0f} MB other (Python, torch, tokenizer)")
+    file = f" (the file: {m['file']:.0f} MB)" if "file" in m else ""
+    lines.append(f"resident {m['resident']:.0f} MB = weights {m['weights']:.0f} MB{file} + {m['over_weights']:.0f} MB "
+                 f"of KV cache as far as this run filled it (budget {m['kv_budget']:.0f} MB), Python, torch, tokenizer")
     return "\n".join(lines)
 
 

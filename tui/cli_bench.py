@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from llmchat.engine.store import resolve_model
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure tokens/s and TTFT of the engine vs transformers",
@@ -57,32 +59,27 @@ def run(args: argparse.Namespace) -> int:
         check_binary(args.llama_bench)   # before the model is resolved and loaded
     if args.serve:
         from llmchat.engine.server.bench import run_cli as run_serve_bench
-        from llmchat.tui.cli_run import _resolve
-        return run_serve_bench(_resolve(args.model), args)
+        return run_serve_bench(resolve_model(args.model), args)
     if args.determinism:
         from llmchat.engine import bench_determinism
-        from llmchat.tui.cli_run import _resolve
-        result = bench_determinism.run(_resolve(args.model), dtype=args.dtype, sessions=args.sessions,
+        result = bench_determinism.run(resolve_model(args.model), dtype=args.dtype, sessions=args.sessions,
                                        new_tokens=args.tokens, prefix_len=args.prefix, kv_cache_gb=args.kv_cache_gb,
                                        attention_backend=args.attention_backend, num_threads=args.threads)
         print(json.dumps(result, indent=2) if args.json else bench_determinism.format_report(result))
         return 0
     if args.context:
         from llmchat.engine import bench_context
-        from llmchat.tui.cli_run import _resolve
-        result = bench_context.run(_resolve(args.model), contexts=args.context, new_tokens=args.tokens,
+        result = bench_context.run(resolve_model(args.model), contexts=args.context, new_tokens=args.tokens,
                                    dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
                                    attention_backend=args.attention_backend, num_threads=args.threads)
         print(json.dumps(result, indent=2) if args.json else bench_context.format_report(result))
         return 0
     if args.lora:
         from llmchat.engine.lora.bench import run_cli as run_lora_bench
-        from llmchat.tui.cli_run import _resolve
-        return run_lora_bench(_resolve(args.model), args)
+        return run_lora_bench(resolve_model(args.model), args)
     from llmchat.engine.bench import format_report, run as run_bench
-    from llmchat.tui.cli_run import _resolve
 
-    result = run_bench(_resolve(args.model), dtype=args.dtype, sessions=args.sessions, new_tokens=args.tokens,
+    result = run_bench(resolve_model(args.model), dtype=args.dtype, sessions=args.sessions, new_tokens=args.tokens,
                        prefix_len=args.prefix, kv_cache_gb=args.kv_cache_gb, baseline=not args.no_baseline,
                        attention_backend=args.attention_backend, num_threads=args.threads,
                        llamacpp=not args.no_baseline, quantize=args.quantize, llama_bench=args.llama_bench,

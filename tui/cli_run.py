@@ -32,29 +32,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="print engine figures to stderr")
 
 
-# `llmchat bench` still imports the old private name; the rule itself lives in the store.
-_resolve = resolve_model
-
-
-def one_request_sizing(folder, prompt, max_tokens: int | None, kv_cache_gb: float | None,
-                       chat_template: str | None = None) -> dict:
-    """One request: a KV cache for that one sequence, not for 64. With --max-tokens, for its prompt + max_tokens;
-    without, for the model's whole context, within the engine's memory budget (a quarter of free RAM, at most
-    8 GiB; the reply then stops when either is full). --kv-cache-gb sets the cache instead."""
-    if kv_cache_gb is not None:
-        return {}
-    if max_tokens is None:   # the engine caps its cache to what max_num_seqs sequences of max_model_len can use
-        return {"max_num_seqs": 1}
-    from llmchat.engine.chat import load_tokenizer, prompt_to_token_ids   # torch: loaded when the command runs
-    from llmchat.engine.chat_templates import use_template
-    from llmchat.engine.model_loader import read_config
-    from llmchat.engine.models import ModelArgs
-    context = ModelArgs.from_config(read_config(folder)).max_position_embeddings
-    tokenizer = load_tokenizer(folder)
-    if chat_template:
-        use_template(tokenizer, chat_template)
-    needed = len(prompt_to_token_ids(tokenizer, prompt, vocab_size=2**31)) + max_tokens + 1
-    return {"max_num_seqs": 1, "max_model_len": min(needed, context)}
+def one_request_sizing(kv_cache_gb: float | None) -> dict:
+    """One request: a KV cache for that one sequence of the model's whole context, not for 64, within the
+    engine's memory budget (a quarter of free RAM, at most 8 GiB); its memory is committed only as the reply
+    fills it (kernels/memory.py), so no tokenizer pass is needed to size it. --kv-cache-gb sets it instead."""
+    return {} if kv_cache_gb is not None else {"max_num_seqs": 1}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
                  [{"role": "user", "content": args.prompt}]
     llm = LLM(folder, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb, attention_backend=args.attention_backend,
               quantize=args.quantize,
-              **one_request_sizing(folder, prompt, args.max_tokens, args.kv_cache_gb, args.chat_template))
+              **one_request_sizing(args.kv_cache_gb))
     if args.chat_template and not args.raw:
         use_template(llm.tokenizer, args.chat_template)
     adapter = None

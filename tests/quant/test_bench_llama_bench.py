@@ -200,9 +200,9 @@ def test_decode_bytes_per_token_are_the_weights_decode_streams(data_dir, tiny_gg
     each once; the token table only where it is the head itself (decode looks one row of it up otherwise)."""
     from llmchat.engine.layers.linear import Linear
     from llmchat.engine.llm import LLM
-    from llmchat.tui.cli_run import _resolve
+    from llmchat.engine.store import resolve_model
     gguf = tiny_gguf(arch, "q4_0")
-    llm = LLM(_resolve(str(gguf)), dtype="float32", kv_cache_gb=0.01)
+    llm = LLM(resolve_model(str(gguf)), dtype="float32", kv_cache_gb=0.01)
     model = llm.engine.runner.model
     tensors = [p for name, p in model.named_parameters() if "embed_tokens" not in name]
     for m in model.modules():

@@ -14,7 +14,7 @@ import pytest
 from llmchat.engine import LLM, AsyncEngine, SamplingParams
 from llmchat.engine.compare.runner import default_resolver
 from llmchat.engine.store import ModelStore, default_data_dir, resolve_model
-from llmchat.tui import cli_run
+from llmchat.tui import cli_bench, cli_run
 from llmchat.tui.cli_serve import build_specs
 from llmchat.tui.paths import data_dir
 
@@ -87,7 +87,7 @@ def test_serve_compare_and_bench_resolve_through_the_store(library, tiny_gguf):
     specs = build_specs(Namespace(models=[str(gguf)], adapter=[]))
     assert [(s.id, s.path) for s in specs] == [(gguf.stem, folder)]
     assert default_resolver(str(gguf)) == folder
-    assert cli_run._resolve is resolve_model                        # what `llmchat bench` calls
+    assert cli_run.resolve_model is resolve_model and cli_bench.resolve_model is resolve_model   # run, bench
 
 
 def test_llmchat_run_on_a_gguf_file_without_max_tokens(library, tiny_gguf):
