@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from .config import EngineConfig
@@ -23,12 +23,14 @@ def model_folder(model_path) -> Path:
 
 
 def build_config(model_path, kwargs: dict) -> EngineConfig:
-    """EngineConfig from keyword arguments, with a clear error for a misspelt one (before a name is resolved)."""
+    """EngineConfig from keyword arguments, with a clear error for a misspelt or invalid one (checked before the
+    name is resolved, which may register a file)."""
     known = {f.name for f in fields(EngineConfig)} - {"model_path"}
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise ValueError(f"unknown engine option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    return EngineConfig(model_path=model_folder(model_path), **kwargs)
+    checked = EngineConfig(model_path=Path(model_path), **kwargs)
+    return replace(checked, model_path=model_folder(model_path))
 
 
 class LLM:
