@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import open_with_model, press, reply_done, wait_until
-from textual.widgets import Collapsible, Markdown, Select
+from textual.widgets import Collapsible, Input, Markdown, Select
 from gguf_models import write_gguf
 from tiny_models import make_model, make_tokenizer
 
@@ -86,6 +86,7 @@ async def test_thinking_off_reaches_the_prompt(dirs, thinking_model, prompts_see
         await pilot.pause()     # the Select's own widgets are mounted: setting its value now sticks
         assert app.screen.query_one("#thinking", Select).value == "default"
         app.screen.query_one("#thinking", Select).value = "off"
+        app.screen.query_one("#max_tokens", Input).value = "8"   # the prompts are the point, not the replies
         await press(pilot, "ctrl+s", until=lambda: not isinstance(app.screen, SessionSettingsScreen), what="saved")
         assert app.main_screen.current.settings.thinking is False
         assert app.db.load_sessions()[-1].settings.thinking is False
@@ -134,6 +135,7 @@ async def test_gguf_template_with_the_switch_offers_thinking(dirs, thinking_gguf
         await open_settings(pilot, app)
         assert app.screen.query_one("#thinking", Select).value == "default"
         app.screen.query_one("#thinking", Select).value = "off"
+        app.screen.query_one("#max_tokens", Input).value = "8"   # the prompts are the point, not the replies
         await press(pilot, "ctrl+s", until=lambda: not isinstance(app.screen, SessionSettingsScreen), what="saved")
         assert app.main_screen.current.settings.thinking is False
         app.query_one(PromptInput).load_text("hello")
