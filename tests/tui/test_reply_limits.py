@@ -33,7 +33,8 @@ async def test_a_reply_runs_until_the_context_is_full_unless_the_user_sets_a_max
     app = LlmChatApp(model=str(short_context_model), show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         await open_with_model(pilot, app)
-        await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen), what="settings")
+        await press(pilot, "f3", until=lambda: isinstance(app.screen, SessionSettingsScreen)
+                    and app.screen.query("#max_tokens"), what="settings and its fields")   # mounted, not just pushed
         assert app.screen.query_one("#max_tokens", Input).placeholder == \
             "no limit: until the model stops or the context is full"
         await press(pilot, "escape", until=lambda: not isinstance(app.screen, SessionSettingsScreen), what="closed")
