@@ -4,6 +4,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from llmchat.tui.widgets.chat_view import ChatView
+
 WAIT_TIMEOUT = 120.0   # generous: 2 shared cores, several engines
 
 
@@ -77,3 +79,10 @@ async def quit_while_mounting(make_app, open_screen, screen_class) -> None:
                 await asyncio.sleep(0)
             await press(pilot, "ctrl+q")
         assert app.return_code in (0, None)
+
+
+def last_stats_line(app) -> str:
+    """The stats line under the newest message as shown ("" while its view is being rebuilt)."""
+    views = app.query_one(ChatView).message_views()
+    stats = views[-1].query(".message-stats") if views else []
+    return str(stats.first().render()) if stats else ""

@@ -1,7 +1,7 @@
 """Chat flows against the real engine on tiny models: stream, regenerate, stop, continue, edit, concurrency."""
 from __future__ import annotations
 
-from helpers import notices, open_with_model, press, reply_done, send, set_session, wait_until
+from helpers import last_stats_line, notices, open_with_model, press, reply_done, send, set_session, wait_until
 
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.widgets.chat_view import ChatView
@@ -11,13 +11,6 @@ from llmchat.tui.widgets.prompt_input import PromptInput
 from llmchat.tui.widgets.sidebar import Sidebar
 
 SIZE = (140, 40)
-
-
-def last_stats_line(app) -> str:
-    """The stats line under the newest message as shown ("" while its view is being rebuilt)."""
-    views = app.query_one(ChatView).message_views()
-    stats = views[-1].query(".message-stats") if views else []
-    return str(stats.first().render()) if stats else ""
 
 
 async def test_reply_streams_with_stats_and_regenerate_is_deterministic(dirs, chat_model):

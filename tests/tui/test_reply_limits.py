@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from helpers import open_with_model, press, reply_done, send, set_session, wait_until
+from helpers import last_stats_line, open_with_model, press, reply_done, send, set_session, wait_until
 from textual.widgets import Input
 from tiny_models import make_model
 
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.generation import finish_reason
 from llmchat.tui.screens.session_settings import SessionSettingsScreen
-from llmchat.tui.widgets.chat_view import ChatView
 
 SIZE = (140, 40)
 CONTEXT = 64
@@ -21,12 +20,6 @@ def short_context_model(tmp_path_factory):
     """Never says EOS (an id the tokenizer never produces) and holds 64 tokens: an unlimited reply fills it."""
     return make_model(tmp_path_factory.mktemp("short-context"), "llama", eos_token_id=383,
                       max_position_embeddings=CONTEXT)
-
-
-def last_stats_line(app) -> str:
-    views = app.query_one(ChatView).message_views()
-    stats = views[-1].query(".message-stats") if views else []
-    return str(stats.first().render()) if stats else ""
 
 
 async def test_a_reply_runs_until_the_context_is_full_unless_the_user_sets_a_max(dirs, short_context_model):
