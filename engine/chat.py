@@ -76,12 +76,23 @@ def prompt_to_token_ids(tokenizer, prompt, vocab_size: int) -> list[int]:
 
 
 def load_tokenizer(model_path):
-    """The model folder's own tokenizer (and chat template)."""
+    """The model folder's own tokenizer (and chat template): from its snapshot in the cache when one matches
+    the folder (engine/tokenizer_snapshot.py, a fraction of a second), else built by AutoTokenizer (seconds on
+    a large vocabulary) and snapshotted for the next start."""
+    from pathlib import Path
+
+    from .tokenizer_snapshot import load_snapshot, save_snapshot
+    folder = Path(model_path)
+    snapshot = load_snapshot(folder)
+    if snapshot is not None:
+        return snapshot
     from transformers import AutoTokenizer
     try:
-        return AutoTokenizer.from_pretrained(str(model_path), config=_tokenizer_facts(model_path))
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path), config=_tokenizer_facts(model_path))
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot load a tokenizer from {model_path}: {exc}") from exc
+    save_snapshot(folder, tokenizer)
+    return tokenizer
 
 
 def _tokenizer_facts(model_path):

@@ -36,6 +36,7 @@ import torch
 from llmchat.kernels.memory import huge_page_buffer
 from llmchat.kernels.quant import QuantWeight
 
+from ..cache_paths import cache_root
 from ..layers.linear import Linear
 
 log = logging.getLogger(__name__)
@@ -50,12 +51,8 @@ BUDGET_BYTES = 8 << 30      # at most this much of prepared files, or a tenth of
 
 
 def cache_dir() -> Path:
-    """LLMCHAT_CACHE_DIR (`~` expanded), else the platform's user cache dir; prepared weights in prepared/."""
-    override = os.environ.get("LLMCHAT_CACHE_DIR")
-    if override:
-        return Path(override).expanduser() / "prepared"
-    from platformdirs import user_cache_dir
-    return Path(user_cache_dir("llmchat")) / "prepared"
+    """Prepared weights live in prepared/ under the cache root."""
+    return cache_root() / "prepared"
 
 
 def identity(gguf: Path, kernels, tiles: bool, q8_wide: bool) -> dict:

@@ -29,6 +29,13 @@ def assert_same_tokenizer(folder) -> None:
             theirs.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
 
 
+@pytest.fixture(autouse=True)
+def cold_cache(tmp_path, monkeypatch):
+    """No tokenizer snapshot from another test: these check the cold load (the snapshot's own tests are in
+    test_tokenizer_snapshot.py)."""
+    monkeypatch.setenv("LLMCHAT_CACHE_DIR", str(tmp_path / "cache"))
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_tokenizer_is_autotokenizers_for_every_family(tiny_model_dir, arch):
     assert_same_tokenizer(tiny_model_dir(arch))
