@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import llmchat.kernels as K
-from test_isa_builds import COMMON, CSRC, QEMU, VARIANTS, assert_variant_passed, build_all_variants
+from driver_builds import COMMON, CSRC, QEMU, assert_variant_passed, build_all_variants
+from test_isa_builds import VARIANTS
 
 SOURCES = [str(Path(__file__).with_name("gemv_driver.cpp")), *sorted(str(p) for p in (CSRC / "core").glob("*.cpp"))]
 QEMU_MAX = [*QEMU, "-cpu", "max"]  # bf16 (BFDOT) whatever qemu's default CPU

@@ -10,7 +10,8 @@ import pytest
 
 import llmchat.kernels as K
 
-from test_isa_builds import CSRC, VARIANTS, assert_variant_passed, build_all_variants
+from driver_builds import CSRC, assert_variant_passed, build_all_variants
+from test_isa_builds import VARIANTS
 
 # lora.cpp, plus elementwise.cpp for the core's runtime helpers (serial_runtime, isa_name) and amx_linear.cpp for
 # the AMX grant
@@ -34,9 +35,9 @@ LORA["neon+bf16 (asan)"] = "bfmmla"
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("ASAN_OPTIONS", "detect_leaks=0")  # LeakSanitizer cannot run under qemu-user; the address checks do
-        return build_all_variants(tmp_path_factory.mktemp("lora-isa-builds"), SOURCES, LORA_VARIANTS)
+    # LeakSanitizer cannot run under qemu-user; the address checks do
+    return build_all_variants(tmp_path_factory.mktemp("lora-isa-builds"), SOURCES, LORA_VARIANTS,
+                              env={"ASAN_OPTIONS": "detect_leaks=0"})
 
 
 @pytest.mark.parametrize("name", list(LORA_VARIANTS))

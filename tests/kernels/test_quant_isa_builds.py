@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import llmchat.kernels as K
-from test_isa_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
+from driver_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
 
 SOURCES = [str(Path(__file__).with_name("quant_driver.cpp")),
            *(str(CSRC / "core" / name) for name in ("quant_linear.cpp", "quant_tiles.cpp", "quant_tiles_neon.cpp", "amx_linear.cpp",

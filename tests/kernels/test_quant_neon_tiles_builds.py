@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_isa_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
+from driver_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
 
 SOURCES = [str(Path(__file__).with_name("quant_neon_tiles_driver.cpp")),
            *(str(CSRC / "core" / name) for name in ("quant_tiles_neon.cpp", "quant_linear.cpp", "quant_tiles.cpp",
