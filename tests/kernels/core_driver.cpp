@@ -67,6 +67,16 @@ void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, 
 // zero_columns: the first 16 value columns are zeros of both signs, so those outputs are sums of signed zeros
 // (a tile's padding keys and a masked key must add the same). every_decode: a decode step at every position, not a
 // few: with bf16 outputs (and P rounded to bf16) a last-bit difference in a score or sum shows in few outputs.
+// The 7-token chunks: one at every multiple of 7, except for fp32 rows without a window. An fp32 row that differs
+// shows it in its outputs, so what counts there is which rows are compared, not how many, and a call's cost grows
+// with its position: the chunks starting at 0..127 and around the segment edge. A row's bits can depend on its
+// position p within the chunks of chunk_keys() (64 for bs 8 and 16; the 16-key QK and 8-key P.V blocks divide
+// it), on its row i = p - first in the call's tile and on the call's key end first + 7 (mask and padding of the
+// last chunk). Starts 64..127 give every pair (p mod 64, i), the 448 the multiples of 7 give over 0..447, and
+// every last-chunk length 1..64, each after a whole unmasked chunk; starts 0..63 the same pairs in a row's first
+// keys. Starts seg - 7..seg put the segment edge (the fold, attention_tile.h) at every row of the call: 511
+// seeing nothing of the second segment, 512 only its first key; L - 7 is the end. bf16 and fp16 rows keep every
+// chunk: there a difference shows in few outputs, so the number of rows compared is what finds it.
 template <typename T>
 void check_attention_rows(int hq, int hkv, int D, int bs, int L, int window, int bpg, bool zero_columns = false,
                           bool every_decode = false) {
@@ -106,7 +116,20 @@ void check_attention_rows(int hq, int hkv, int D, int bs, int L, int window, int
     const std::vector<T> got = attend(p, 1, one);
     same = same && std::memcmp(got.data(), full.data() + p * row, row * sizeof(T)) == 0;
   }
-  for (int first = 0; first < L; first += 7) {
+  std::vector<int> firsts;
+  if (window > 0 || sizeof(T) != 4) {
+    for (int first = 0; first < L; first += 7) firsts.push_back(first);
+  } else {
+    const int chunk = std::max(bs, 64 / bs * bs), seg = 8 * chunk;  // chunk_keys, segment_keys (attention_tile.h)
+    for (int first = 0; first < 128; ++first) firsts.push_back(first);
+    for (int first = seg - 7; first <= seg; ++first) firsts.push_back(first);
+    firsts.push_back(L - 7);
+    if (chunk != 64 || seg + 7 >= L) {
+      ++failures;
+      std::printf("FAIL rows check: the chunk starts assume 64-key chunks and L > seg + 7 (bs=%d L=%d)\n", bs, L);
+    }
+  }
+  for (int first : firsts) {
     const int n = std::min(7, L - first);
     const std::vector<T> got = attend(first, n, one);
     same = same && std::memcmp(got.data(), full.data() + first * row, n * row * sizeof(T)) == 0;
@@ -236,12 +259,17 @@ void check_all() {
   for (int bpg : {2, 4})  // grouped caches: blocks of a group share a run per head
     check_attention<T>(8, 2, 128, 16, {{1, 300}, {7, 70}, {1, 1}, {1, 1500}}, -1, four, bpg);
   check_attention<T>(9, 3, 64, 8, {{1, 97}, {12, 40}}, 32, one, 3);
-  for (int D : {64, 128}) check_attention_rows<T>(8, 2, D, 16, 600, -1, 1);
+  // fp32 rows: the groups of 4 and 3 on 1 and 2 kv heads. Below 1024 keys each kv head is a tile of its own running
+  // the same code (heads_per_tile, attention.cpp; check_attention covers more heads' offsets against the
+  // reference), and every plan decision stays that of more heads: the full prefill is not split on 4 threads (38
+  // and 2 x 29 tiles, at least 8 per thread), a decode step past 512 is.
+  constexpr bool f32 = sizeof(T) == 4;
+  for (int D : {64, 128}) check_attention_rows<T>(f32 ? 4 : 8, f32 ? 1 : 2, D, 16, 600, -1, 1);
   check_attention_rows<T>(9, 3, 64, 16, 600, 100, 4);
   check_attention_rows<T>(4, 4, 64, 8, 600, -1, 4, false, true);  // one query head per kv head: decode's lone row
   // the other head sizes of the BFMMLA tiles with odd groups (a padded row pair in every decode step), a
   // 9-key window (chunks that some rows of a tile do not see at all) and signed-zero value columns
-  for (int D : {80, 96}) check_attention_rows<T>(9, 3, D, 16, 600, -1, 1);
+  for (int D : {80, 96}) check_attention_rows<T>(f32 ? 6 : 9, f32 ? 2 : 3, D, 16, 600, -1, 1);
   check_attention_rows<T>(6, 2, 64, 5, 600, 9, 1, true);
   check_attention<T>(4, 2, 64, 128, {{1, 300}, {9, 200}, {3, 131}}, -1, four);  // chunks of one 128-key block
   check_small_ops<T>();
