@@ -13,6 +13,8 @@ import pytest
 
 from driver_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
 
+pytestmark = pytest.mark.slow  # compiles and runs the driver for every variant (docs/development.md)
+
 CORE = ["attention.cpp", "amx_linear.cpp", "norm.cpp", "rotary.cpp", "elementwise.cpp"]  # what core_driver.cpp checks (+ the AMX grant)
 SOURCES = [str(Path(__file__).with_name("core_driver.cpp")), *(str(CSRC / "core" / name) for name in CORE)]
 

@@ -19,6 +19,8 @@ import llmchat.kernels as K
 from driver_builds import COMMON, CSRC, QEMU, assert_variant_passed, build_all_variants
 from test_isa_builds import VARIANTS
 
+pytestmark = pytest.mark.slow  # compiles and runs the driver for every variant (docs/development.md)
+
 SOURCES = [str(Path(__file__).with_name("gemv_driver.cpp")), *sorted(str(p) for p in (CSRC / "core").glob("*.cpp"))]
 QEMU_MAX = [*QEMU, "-cpu", "max"]  # bf16 (BFDOT) whatever qemu's default CPU
 LINEAR_VARIANTS = {name: (cc, flags, QEMU_MAX if runner else runner, isa)

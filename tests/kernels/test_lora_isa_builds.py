@@ -13,6 +13,8 @@ import llmchat.kernels as K
 from driver_builds import CSRC, assert_variant_passed, build_all_variants
 from test_isa_builds import VARIANTS
 
+pytestmark = pytest.mark.slow  # compiles and runs the driver for every variant (docs/development.md)
+
 # lora.cpp, plus elementwise.cpp for the core's runtime helpers (serial_runtime, isa_name) and amx_linear.cpp for
 # the AMX grant
 SOURCES = [str(Path(__file__).with_name("lora_driver.cpp")),

@@ -13,6 +13,8 @@ import pytest
 
 from driver_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
 
+pytestmark = pytest.mark.slow  # compiles and runs the driver for every variant (docs/development.md)
+
 SOURCES = [str(Path(__file__).with_name("quant_neon_tiles_driver.cpp")),
            *(str(CSRC / "core" / name) for name in ("quant_tiles_neon.cpp", "quant_linear.cpp", "quant_tiles.cpp",
                                                      "amx_linear.cpp", "elementwise.cpp"))]
