@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+from .cache_paths import cache_root
+
 log = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1
@@ -146,7 +148,6 @@ def snapshot_key(folder: Path) -> str:
 
 
 def snapshot_dir() -> Path:
-    from .cache_paths import cache_root
     return cache_root() / "tokenizers"
 
 
@@ -186,7 +187,8 @@ def save_snapshot(folder: Path, tokenizer, where: Path | None = None) -> bool:
                 "chat_template": tokenizer.chat_template, "special_tokens_map": dict(tokenizer.special_tokens_map),
                 "all_special_ids": list(tokenizer.all_special_ids), "clean_up": clean_up}
         from tokenizers import Tokenizer
-        candidate = SnapshotTokenizer(Tokenizer.from_str(backend.to_str()), meta)
+        pipeline = backend.to_str()   # ~5 MB of JSON on a large vocabulary: serialized once
+        candidate = SnapshotTokenizer(Tokenizer.from_str(pipeline), meta)
         mismatch = probe_mismatch(candidate, tokenizer)
     except Exception as exc:  # a tokenizer without a tokenizers pipeline, or one the probe cannot drive
         log.info("tokenizer of %s not snapshotted: %s", folder, exc)
@@ -198,7 +200,7 @@ def save_snapshot(folder: Path, tokenizer, where: Path | None = None) -> bool:
     try:
         where.mkdir(parents=True, exist_ok=True)
         # the pipeline first, the meta last: a meta file means a whole snapshot
-        for name, text in ((f"{key}.tokenizer.json", backend.to_str()), (f"{key}.meta.json", json.dumps(meta))):
+        for name, text in ((f"{key}.tokenizer.json", pipeline), (f"{key}.meta.json", json.dumps(meta))):
             tmp = where / f"{name}.{os.getpid()}.tmp"
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, where / name)
