@@ -1,6 +1,8 @@
 """Chat flows against the real engine on tiny models: stream, regenerate, stop, continue, edit, concurrency."""
 from __future__ import annotations
 
+import threading
+
 from helpers import last_stats_line, notices, open_with_model, press, reply_done, send, set_session, wait_until
 
 from llmchat.tui.app import LlmChatApp
@@ -11,6 +13,24 @@ from llmchat.tui.widgets.prompt_input import PromptInput
 from llmchat.tui.widgets.sidebar import Sidebar
 
 SIZE = (140, 40)
+
+
+def hold_steps_until_requests(llm_engine, count: int) -> None:
+    """The engine thread idles (steps do no work) until `count` requests were added, then runs as usual.
+
+    The real engine runs; only its start waits, so requests sent one after another through the UI are
+    certain to stream together even when a loaded machine delays the later sends past the first reply."""
+    step = llm_engine.step
+    arrived = threading.Event()
+
+    def held_step():
+        if not arrived.is_set():
+            if len(llm_engine.requests) < count:
+                arrived.wait(0.01)    # back to the engine loop, which adds the commands that came meanwhile
+                return []
+            arrived.set()
+        return step()
+    llm_engine.step = held_step
 
 
 async def test_reply_streams_with_stats_and_regenerate_is_deterministic(dirs, chat_model):
@@ -47,12 +67,13 @@ async def test_three_sessions_stream_at_once_and_switching_keeps_them_going(dirs
         for i in range(2):
             await press(pilot, "ctrl+n", until=lambda: len(app.main_screen.sessions) == i + 2 and app.main_screen.current_id == max(app.main_screen.sessions))
             ids.append(app.main_screen.current_id)
-        for session_id in ids:      # sessions first, then three quick sends: the replies overlap
-            app.main_screen.sessions[session_id].settings.max_tokens = 450   # long enough to overlap on a busy machine
+        for session_id in ids:
+            app.main_screen.sessions[session_id].settings.max_tokens = 450
+        engine = next(iter(app.engines.loaded.values())).engine
+        hold_steps_until_requests(engine.engine, 3)   # the replies overlap however slowly the sends arrive
         for n, session_id in enumerate(ids):
             await app.main_screen.switch_to(session_id)
             await send(pilot, f"question {n}")
-        engine = next(iter(app.engines.loaded.values())).engine
         await wait_until(pilot, lambda: engine.metrics().num_running + engine.metrics().num_waiting == 3, what="3 requests in the engine together")
         assert set(app.main_screen.replies) == set(ids)
         assert all(app.query_one(Sidebar).item(i).generating for i in ids)
