@@ -106,7 +106,7 @@ class TorchAttention:
     def forward(self, query, key_cache, value_cache, md: AttentionMetadata) -> torch.Tensor:
         """query [T, Hq, D] -> [T, Hq, D]."""
         plan = self._plan(md)
-        hkv, bs, d = key_cache.shape[1], key_cache.shape[-2], key_cache.shape[-1]
+        hkv, d = key_cache.shape[1], key_cache.shape[-1]
         out = query if plan["all_decode"] else torch.empty_like(query)
         if plan["decode"] is not None:
             tokens, blocks, mask = plan["decode"]

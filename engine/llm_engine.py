@@ -19,7 +19,7 @@ from .outputs import RequestMetrics, RequestOutput, StreamDelta
 from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
-from .sequence import Sequence, SequenceStatus
+from .sequence import Sequence
 
 
 def _return_freed_memory() -> None:

@@ -8,34 +8,15 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from llmchat.engine.store import resolve_model
 
+from .loaded_model import LoadedModel
 from .remote_models import RemoteModels, is_remote
 
 GB = 1024 ** 3
-
-
-@dataclass
-class LoadedModel:
-    name: str
-    path: Path | None                    # None for a remote model
-    engine: Any                          # llmchat.engine.AsyncEngine
-    weight_bytes: int
-    kv_bytes: int
-    generation_defaults: dict = field(default_factory=dict)
-    last_used: float = field(default_factory=time.monotonic)
-    active_requests: int = 0
-    adapters: set = field(default_factory=set)     # LoRA names loaded into this engine
-    weights: str = ""                    # how the weights run: a GGUF quant (Q4_K_M), "q4_k at load", or ""
-    remote: bool = False                 # on a remote OpenAI-compatible server (engine: RemoteEngine)
-
-    @property
-    def total_bytes(self) -> int:
-        return self.weight_bytes + self.kv_bytes
 
 
 def weights_size(path: Path) -> int:

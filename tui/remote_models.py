@@ -11,6 +11,8 @@ from typing import Any
 from llmchat.engine.remote import (REMOTE_PREFIX, Endpoint, Health, RemoteEngine, RemoteError, check_health,
                                    find_endpoint, is_remote, list_models, split_remote)
 
+from .loaded_model import LoadedModel
+
 __all__ = ["RemoteModels", "is_remote"]
 
 
@@ -21,7 +23,6 @@ class RemoteModels:
         self.health: dict[str, Health] = {}       # endpoint name -> last check
 
     def get(self, name: str):
-        from .engines import LoadedModel
         model = self.models.get(name)
         if model is None:
             endpoint_name, model_id = split_remote(name)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 
-from llmchat.engine.compare.writers import fmt_ms, fmt_pct, fmt_rate
-
 SUMMARY_HEADER = ["model", "status", "requests", "errors", "TTFT mean", "TTFT p50", "decode tok/s",
                   "prompt tok/s", "prompt tokens", "generated tokens", "prefix-cache hits", "stop reasons",
                   "exact match", "contains"]
@@ -102,3 +100,15 @@ def _short(text: str, limit: int = 80) -> str:
 
 def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def fmt_rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.1f}%"

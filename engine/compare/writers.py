@@ -1,7 +1,7 @@
 """Writes a report dict (schema.py) as report.json, report.csv and report.md in the output folder.
 
 Every file is written to a temporary name and renamed, so a reader never sees half a report.
-Markdown shows rounded numbers made by the fmt_* helpers below; JSON and CSV keep full precision.
+Markdown shows rounded numbers (markdown.py); JSON and CSV keep full precision.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+from llmchat.engine.compare.markdown import to_markdown
 from llmchat.engine.compare.schema import REPORT_CSV, REPORT_JSON, REPORT_MD
 
 CSV_COLUMNS = ["prompt_index", "line", "prompt_id", "model_id", "model", "adapter", "prompt", "expected",
@@ -24,7 +25,6 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, Path]:
     files = {"json": out / REPORT_JSON, "csv": out / REPORT_CSV, "md": out / REPORT_MD}
     _write_atomic(files["json"], json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     _write_atomic(files["csv"], to_csv(report))
-    from llmchat.engine.compare.markdown import to_markdown
     _write_atomic(files["md"], to_markdown(report))
     return files
 
@@ -60,18 +60,6 @@ def to_csv(report: dict) -> str:
 
 def _flag(value: bool | None) -> str:
     return "" if value is None else str(int(value))
-
-
-def fmt_ms(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds * 1000:.1f} ms"
-
-
-def fmt_rate(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f}"
-
-
-def fmt_pct(value: float | None) -> str:
-    return "–" if value is None else f"{value * 100:.1f}%"
 
 
 def _write_atomic(path: Path, text: str) -> None:

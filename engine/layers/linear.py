@@ -72,7 +72,7 @@ class Linear(nn.Module):
         """Slice `index` (None: the whole, unfused weight) runs on this quantized weight; once every slice has
         one, the dense weight is dropped (finalize)."""
         index = index or 0
-        start, size = self.slice_offsets[index], self.output_sizes[index]
+        size = self.output_sizes[index]
         if (weight.n, weight.k) != (size, self.in_features):
             raise ValueError(f"{self.prefix}: quantized weight is [{weight.n}, {weight.k}], expected "
                              f"[{size}, {self.in_features}]")

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 # The torch path's weights and math (peft's precision). The fused kernel path stores weights in the model's
 # dtype instead and accumulates in fp32 (stack.py).

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..layers.norm import GemmaRMSNorm
 from .args import ModelArgs
-from .llama import MLP, Attention
+from .decoder_layer import MLP, Attention
 
 
 class Gemma3DecoderLayer(nn.Module):

@@ -1,5 +1,5 @@
-"""A model on a remote OpenAI-compatible server, behind the same interface as the local AsyncEngine:
-async generate() of StreamDelta, abort(), metrics(), shutdown(). Sessions and compare use either alike.
+"""A model on a remote OpenAI-compatible server, behind the EngineClient interface (engine/client.py) that the
+local AsyncEngine implements too: sessions and compare use either alike.
 
 Tokens/s and TTFT are measured here (what the user sees); usage, cached tokens and llama-server's timings
 are what the server reports. Deltas carry no token ids: the remote tokenizer is not ours.
@@ -32,6 +32,10 @@ class RemoteEngine:
     @property
     def name(self) -> str:
         return self.endpoint.model_name(self.model_id)
+
+    @property
+    def tokenizer(self) -> None:
+        return None   # the server tokenizes: prompts go as chat messages or text
 
     def metrics(self) -> MetricsSnapshot:
         return self.counters.snapshot()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlparse
 
-from . import hf_cache
+from .hf_cache import PARTIAL_SUFFIX, repo_dir
 from .types import CorruptDownloadError, DownloadCancelled, DownloadProgress, NotEnoughDiskError, OfflineError
 
 CHUNK = 1 << 20
@@ -143,7 +143,7 @@ def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: l
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
     from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
-    rdir = hf_cache.repo_dir(cache, repo_id)
+    rdir = repo_dir(cache, repo_id)
     blobs = rdir / "blobs"
     metas = {}
     with hub_errors(repo_id, revision):
@@ -152,7 +152,7 @@ def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: l
                                                token=token(), timeout=timeout(), endpoint=endpoint())
     todo = [n for n in files if not (blobs / metas[n].etag).exists()]
     total = sum(metas[n].size or sizes.get(n) or 0 for n in files)
-    have = sum(partial_size(blobs / (metas[n].etag + hf_cache.PARTIAL_SUFFIX)) for n in todo)
+    have = sum(partial_size(blobs / (metas[n].etag + PARTIAL_SUFFIX)) for n in todo)
     need = sum(metas[n].size or sizes.get(n) or 0 for n in todo) - have
     free = store.free_space(cache)
     if need > free:
@@ -169,7 +169,7 @@ def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: l
         if cancel is not None and cancel.is_set():
             raise DownloadCancelled("download cancelled; run pull again to resume")
         tracker.begin(name, index)
-        partial = blobs / (meta.etag + hf_cache.PARTIAL_SUFFIX)
+        partial = blobs / (meta.etag + PARTIAL_SUFFIX)
         file_headers = dict(headers)
         if urlparse(meta.location).netloc != urlparse(endpoint()).netloc:
             file_headers.pop("authorization", None)  # signed CDN urls must not get the token

@@ -7,7 +7,7 @@ import json
 import threading
 from pathlib import Path
 
-from . import hf_cache
+from .hf_cache import repo_dir
 from .download import fetch_files, human_bytes
 from .hub import api, endpoint, ensure_online, hub_errors, is_gguf_repo, timeout, token
 from .inspect_folder import describe_folder
@@ -23,7 +23,7 @@ class QuantChoiceError(StoreError, ValueError):
 
 def cached_snapshot(cache: Path, repo_id: str, revision: str | None) -> Path | None:
     """A complete snapshot already in the cache for this revision (used offline)."""
-    rdir = hf_cache.repo_dir(cache, repo_id)
+    rdir = repo_dir(cache, repo_id)
     rev = revision or "main"
     commit = rev
     ref = rdir / "refs" / rev
@@ -162,8 +162,8 @@ def plan_gguf(repo_id: str, revision: str | None, wanted: str) -> tuple[str, GGU
 
 def cached_gguf(cache: Path, repo_id: str, revision: str | None, wanted: str) -> Path | None:
     """The quant's file in a cached snapshot (linked only once verified), for pulling again offline."""
-    snap = hf_cache.repo_dir(cache, repo_id) / "snapshots"
-    ref = hf_cache.repo_dir(cache, repo_id) / "refs" / (revision or "main")
+    snap = repo_dir(cache, repo_id) / "snapshots"
+    ref = repo_dir(cache, repo_id) / "refs" / (revision or "main")
     snap = snap / (ref.read_text().strip() if ref.is_file() else (revision or "main"))
     if not snap.is_dir():
         return None

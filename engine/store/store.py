@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from . import hf_cache
+from .hf_cache import CachedSnapshot, PARTIAL_SUFFIX, hub_cache_dir, remove_snapshot, scan
 from .inspect_folder import describe_folder, folder_size
 from .registry import Registry, default_data_dir
 from .types import DownloadProgress, HubModel, LocalModel, StoreError
@@ -30,7 +30,7 @@ class ModelStore:
     def __init__(self, data_dir: str | Path | None = None, *, cache_dir: str | Path | None = None,
                  free_space: Callable[[Path], int] | None = None):
         self.data_dir = Path(data_dir) if data_dir else default_data_dir()
-        self.cache_dir = Path(cache_dir) if cache_dir else hf_cache.hub_cache_dir()
+        self.cache_dir = Path(cache_dir) if cache_dir else hub_cache_dir()
         self.registry = Registry(self.data_dir)
         self._free_space = free_space
 
@@ -38,15 +38,15 @@ class ModelStore:
     def list(self) -> list[LocalModel]:
         """Every model in the HF cache and every import, usable or not (with the reason). No network."""
         # a Hub snapshot holding only GGUF files is listed once, as the model its file was registered as
-        models = [self._from_snapshot(s) for s in hf_cache.scan(self.cache_dir) if not _gguf_only(s.path)]
+        models = [self._from_snapshot(s) for s in scan(self.cache_dir) if not _gguf_only(s.path)]
         for name, entry in sorted(self.registry.load().items()):
             models.append(self._from_registry(name, entry))
         return models
 
-    def _from_snapshot(self, snap: hf_cache.CachedSnapshot) -> LocalModel:
+    def _from_snapshot(self, snap: CachedSnapshot) -> LocalModel:
         name = snap.repo_id if (snap.is_only or "main" in snap.refs) else f"{snap.repo_id}@{snap.commit[:12]}"
         if snap.commit is None:
-            partial = sum(p.stat().st_size for p in (snap.path / "blobs").glob("*" + hf_cache.PARTIAL_SUFFIX))
+            partial = sum(p.stat().st_size for p in (snap.path / "blobs").glob("*" + PARTIAL_SUFFIX))
             return LocalModel(name, snap.path, snap.repo_id, None, "model", None, None, None, None, partial,
                               False, f"incomplete download: run `llmchat models pull {snap.repo_id}` to resume")
         info = describe_folder(snap.path)
@@ -108,9 +108,9 @@ class ModelStore:
         if model is None:
             raise FileNotFoundError(f"no model named {name!r} in the library (see `llmchat models list`)")
         if model.source == "hub":
-            snap = next(s for s in hf_cache.scan(self.cache_dir)
+            snap = next(s for s in scan(self.cache_dir)
                         if s.path == model.path or (s.commit is None and s.repo_id == model.repo_id))
-            return hf_cache.remove_snapshot(self.cache_dir, snap)
+            return remove_snapshot(self.cache_dir, snap)
         entry = self.registry.remove(model.name) or {}
         if entry.get("owned"):
             freed = folder_size(model.path)
