@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 
+from llmchat.engine.bench.llama_cpp import check_binary
 from llmchat.engine.store import resolve_model
 
 
@@ -33,7 +35,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--kernels", action="store_true", help="run the kernel micro-benchmark (llmchat.kernels.bench)")
     p.add_argument("--lora", action="store_true",
-                   help="LoRA: N sessions over K random adapters vs N base sessions, in one run (engine/lora/bench.py)")
+                   help="LoRA: N sessions over K random adapters vs N base sessions, in one run (engine/bench/lora.py)")
     p.add_argument("--lora-adapters", type=int, default=4, help="adapters for --lora")
     p.add_argument("--lora-rank", type=int, default=16, help="rank of the --lora adapters (all projections)")
     p.add_argument("--determinism", action="store_true",
@@ -55,34 +57,28 @@ def run(args: argparse.Namespace) -> int:
         other = [f"--{m}" for m in ("serve", "determinism", "context", "lora") if getattr(args, m)]
         if other:
             raise ValueError(f"--llama-bench goes with the plain bench (decode, prefill), not with {other[0]}")
-        from llmchat.engine.bench_llama import check_binary
         check_binary(args.llama_bench)   # before the model is resolved and loaded
-    if args.serve:
-        from llmchat.engine.server.bench import run_cli as run_serve_bench
-        return run_serve_bench(resolve_model(args.model), args)
-    if args.determinism:
-        from llmchat.engine import bench_determinism
-        result = bench_determinism.run(resolve_model(args.model), dtype=args.dtype, sessions=args.sessions,
-                                       new_tokens=args.tokens, prefix_len=args.prefix, kv_cache_gb=args.kv_cache_gb,
-                                       attention_backend=args.attention_backend, num_threads=args.threads)
-        print(json.dumps(result, indent=2) if args.json else bench_determinism.format_report(result))
-        return 0
-    if args.context:
-        from llmchat.engine import bench_context
-        result = bench_context.run(resolve_model(args.model), contexts=args.context, new_tokens=args.tokens,
-                                   dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
-                                   attention_backend=args.attention_backend, num_threads=args.threads)
-        print(json.dumps(result, indent=2) if args.json else bench_context.format_report(result))
-        return 0
-    if args.lora:
-        from llmchat.engine.lora.bench import run_cli as run_lora_bench
-        return run_lora_bench(resolve_model(args.model), args)
-    from llmchat.engine.bench import format_report, run as run_bench
-
-    result = run_bench(resolve_model(args.model), dtype=args.dtype, sessions=args.sessions, new_tokens=args.tokens,
-                       prefix_len=args.prefix, kv_cache_gb=args.kv_cache_gb, baseline=not args.no_baseline,
-                       attention_backend=args.attention_backend, num_threads=args.threads,
-                       llamacpp=not args.no_baseline, quantize=args.quantize, llama_bench=args.llama_bench,
-                       bandwidth_mib=args.bandwidth_mib)
-    print(json.dumps(result, indent=2) if args.json else format_report(result))
+    name, kwargs = benchmark(args)
+    # imported when run: a benchmark loads torch and the engine, which `llmchat --help` should not wait for
+    bench = importlib.import_module(f"llmchat.engine.bench.{name}")
+    result = bench.run(resolve_model(args.model), **kwargs)
+    print(json.dumps(result, indent=2) if args.json else bench.format_report(result))
     return 1 if "error" in result.get("llama_bench", {}) else 0   # llmchat's figures printed, the anchor failed
+
+
+def benchmark(args: argparse.Namespace) -> tuple[str, dict]:
+    """The benchmark the flags ask for (engine/bench/NAME.py) and its keyword arguments."""
+    engine = dict(dtype=args.dtype, kv_cache_gb=args.kv_cache_gb, attention_backend=args.attention_backend,
+                  num_threads=args.threads)
+    if args.serve:
+        return "serve", dict(clients=args.clients, new_tokens=args.tokens, quantize=args.quantize, **engine)
+    if args.determinism:
+        return "determinism", dict(sessions=args.sessions, new_tokens=args.tokens, prefix_len=args.prefix, **engine)
+    if args.context:
+        return "context", dict(contexts=args.context, new_tokens=args.tokens, **engine)
+    if args.lora:
+        return "lora", dict(sessions=args.sessions[0] if len(args.sessions) == 1 else 8,
+                            num_adapters=args.lora_adapters, rank=args.lora_rank, new_tokens=args.tokens, **engine)
+    return "throughput", dict(sessions=args.sessions, new_tokens=args.tokens, prefix_len=args.prefix,
+                              baseline=not args.no_baseline, llamacpp=not args.no_baseline, quantize=args.quantize,
+                              llama_bench=args.llama_bench, bandwidth_mib=args.bandwidth_mib, **engine)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from llmchat.engine import bench
+from llmchat.engine.bench import throughput as bench
 from llmchat.tui.cli import main as cli_main
 
 
@@ -54,7 +54,7 @@ def test_the_llamacpp_baseline_runs_with_openmps_default_wait_policy(monkeypatch
 
     import torch
 
-    from llmchat.engine import bench_gguf
+    from llmchat.engine.bench import gguf_quality as bench_gguf
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     monkeypatch.setenv("LLMCHAT_LLAMACPP_PYTHON", sys.executable)   # has no llama_cpp: the run fails, reported
     seen = {}

@@ -6,7 +6,7 @@ import json
 from lora_helpers import PROMPTS
 
 from llmchat.engine import LLM, SamplingParams
-from llmchat.engine.lora.bench import write_random_adapter
+from llmchat.engine.bench.lora import write_random_adapter
 from llmchat.tui.cli import main as cli_main
 
 

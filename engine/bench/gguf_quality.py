@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from .bench import baseline_env
-from .quant.quality import TEXT, compare, sequence_logits
+from ..quant.quality import TEXT, compare, sequence_logits
+from .common import baseline_env
 
 LLAMACPP_CODE = r"""
 import json, sys, time
@@ -66,9 +66,9 @@ def reference_logits(gguf: Path, folder: Path, ids: list[int]) -> torch.Tensor:
     those transformers' GGUF reader does not know (granite, smollm3); folder: the model's library folder."""
     from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
 
-    from .model_loader import read_config
-    from .quant.gguf_export import dense_tensors
-    from .quant.gguf_tensors import field, open_reader
+    from ..model_loader import read_config
+    from ..quant.gguf_export import dense_tensors
+    from ..quant.gguf_tensors import field, open_reader
     reader = open_reader(gguf)
     arch = field(reader, "general.architecture")
     state = {name: t for name, t, _ in dense_tensors(reader, read_config(folder), arch, torch.float32)}

@@ -1,7 +1,7 @@
 """LoRA throughput benchmark: N sessions spread over K adapters vs N sessions on the base model, in one run.
 
-`llmchat bench MODEL --lora` runs it (see run_cli). `run_lora_bench(model_path)` builds one engine, loads K adapters (given folders, or random PEFT-format
-adapters written here on every projection), and alternates base and adapter rounds of the same N prompts,
+`llmchat bench MODEL --lora` runs it. `run(model_path)` builds one engine, loads K adapters (given folders, or
+random PEFT-format adapters written here on every projection), and alternates base and adapter rounds of the same N prompts,
 so both sides see the same machine state. Prefix caching is off so no round reuses another's prefill.
 Figures are aggregate generated tokens/s (prefill included), best round of each side, and their ratio.
 """
@@ -11,45 +11,17 @@ import json
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from .adapter import PROJECTIONS
+from ..llm import LLM
+from ..lora.adapter import PROJECTIONS
+from ..sampling_params import SamplingParams
 
 _GROUP = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
           "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
-
-
-@dataclass(frozen=True)
-class LoraBenchResult:
-    sessions: int
-    adapters: int
-    rank: int
-    new_tokens: int
-    base_tok_s: float
-    lora_tok_s: float
-    base_rounds: list[float]
-    lora_rounds: list[float]
-
-    @property
-    def ratio(self) -> float:
-        return self.lora_tok_s / self.base_tok_s if self.base_tok_s else 0.0
-
-    @property
-    def median_ratio(self) -> float:
-        base, lora = statistics.median(self.base_rounds), statistics.median(self.lora_rounds)
-        return lora / base if base else 0.0
-
-    def report(self) -> str:
-        return (f"LoRA: {self.sessions} sessions over {self.adapters} adapters (rank {self.rank}, all projections) "
-                f"{self.lora_tok_s:.1f} tok/s vs {self.sessions} base sessions {self.base_tok_s:.1f} tok/s: "
-                f"{100 * self.ratio:.0f}% of base, best rounds ({100 * self.median_ratio:.0f}% by medians; "
-                f"{self.new_tokens} new tokens per session; rounds base "
-                f"{', '.join(f'{x:.0f}' for x in self.base_rounds)} / lora "
-                f"{', '.join(f'{x:.0f}' for x in self.lora_rounds)})")
 
 
 def write_random_adapter(folder: Path, shapes: dict[tuple[int, str], tuple[int, int]], rank: int, seed: int,
@@ -76,12 +48,9 @@ def _prompts(sessions: int) -> list[list[dict]]:
             for i in range(sessions)]
 
 
-def run_lora_bench(model_path, *, sessions: int = 8, num_adapters: int = 4, rank: int = 16,
-                   new_tokens: int = 64, rounds: int = 3, adapter_dirs: list[Path] | None = None,
-                   **engine_kwargs) -> LoraBenchResult:
-    from ..llm import LLM
-    from ..sampling_params import SamplingParams
-
+def run(model_path, *, sessions: int = 8, num_adapters: int = 4, rank: int = 16, new_tokens: int = 64,
+        rounds: int = 3, adapter_dirs: list[Path] | None = None, **engine_kwargs) -> dict:
+    """Best rounds of N sessions over K adapters and of N base sessions (alternated), and their ratios."""
     engine_kwargs.setdefault("enable_prefix_caching", False)
     llm = LLM(model_path, **engine_kwargs)
     lora = llm.engine.lora
@@ -106,18 +75,18 @@ def run_lora_bench(model_path, *, sessions: int = 8, num_adapters: int = 4, rank
     for _ in range(rounds):                      # alternate, so drift in machine load hits both sides
         base_rounds.append(timed(None))
         lora_rounds.append(timed(per_session))
-    return LoraBenchResult(sessions, len(names), rank, new_tokens, max(base_rounds), max(lora_rounds),
-                           base_rounds, lora_rounds)
+    base, lora_ = max(base_rounds), max(lora_rounds)
+    base_median, lora_median = statistics.median(base_rounds), statistics.median(lora_rounds)
+    return {"sessions": sessions, "adapters": len(names), "rank": rank, "new_tokens": new_tokens,
+            "base_tok_s": base, "lora_tok_s": lora_, "base_rounds": base_rounds, "lora_rounds": lora_rounds,
+            "ratio": lora_ / base if base else 0.0,
+            "median_ratio": lora_median / base_median if base_median else 0.0}
 
 
-def run_cli(model_path, args) -> int:
-    """`llmchat bench MODEL --lora [--lora-adapters 4 --lora-rank 16 --sessions 8 --tokens 64 --threads N]`."""
-    sessions = args.sessions[0] if len(args.sessions) == 1 else 8
-    result = run_lora_bench(model_path, sessions=sessions, num_adapters=args.lora_adapters, rank=args.lora_rank,
-                            new_tokens=args.tokens, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
-                            attention_backend=args.attention_backend, num_threads=args.threads)
-    if args.json:
-        print(json.dumps({**asdict(result), "ratio": result.ratio, "median_ratio": result.median_ratio}, indent=2))
-    else:
-        print(result.report())
-    return 0
+def format_report(r: dict) -> str:
+    return (f"LoRA: {r['sessions']} sessions over {r['adapters']} adapters (rank {r['rank']}, all projections) "
+            f"{r['lora_tok_s']:.1f} tok/s vs {r['sessions']} base sessions {r['base_tok_s']:.1f} tok/s: "
+            f"{100 * r['ratio']:.0f}% of base, best rounds ({100 * r['median_ratio']:.0f}% by medians; "
+            f"{r['new_tokens']} new tokens per session; rounds base "
+            f"{', '.join(f'{x:.0f}' for x in r['base_rounds'])} / lora "
+            f"{', '.join(f'{x:.0f}' for x in r['lora_rounds'])})")

@@ -2,7 +2,7 @@
 run, as the anchor every speed claim is a ratio against (docs/performance.md, "Measuring against llama.cpp").
 
 It runs `llama-bench -m FILE -t THREADS -p PREFIX -n TOKENS -o json` in its own process (with OpenMP's default
-wait policy, like the other baselines: engine/bench.py baseline_env) after llmchat's figures, once the engine is
+wait policy, like the other baselines: bench/common.py baseline_env) after llmchat's figures, once the engine is
 gone, and reads its JSON: one object per test, the prompt test (n_prompt > 0, n_gen 0) giving the prefill rate and
 the generation test (n_gen > 0, n_prompt 0) the decode rate, each as avg_ts (tokens/s, the mean over its
 repetitions) with stddev_ts. Failures are messages (LlamaBenchError, a RuntimeError: `llmchat` prints it without
@@ -98,7 +98,7 @@ def run(binary: Path, gguf: Path, threads: int, prefix_len: int, new_tokens: int
 def file_decode_bytes(gguf: Path) -> int:
     """Bytes llama.cpp streams per decoded token from this file: its tensors (llama-bench's model_size), less the
     token table where the file has its own output head (decode then looks one row of the table up)."""
-    from .quant.gguf_tensors import open_reader
+    from ..quant.gguf_tensors import open_reader
     tensors = {t.name: t.n_bytes for t in open_reader(gguf).tensors}
     total = sum(tensors.values())
     return total - tensors.get("token_embd.weight", 0) if "output.weight" in tensors else total

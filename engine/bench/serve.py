@@ -21,12 +21,8 @@ import time
 import httpx
 
 from ..sampling_params import SamplingParams
-
-
-def _prompt(n: int, seed: int, vocab: int) -> list[int]:
-    import torch
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(100, min(vocab, 30000) - 1, (n,), generator=g).tolist()
+from ..server.run import bind_socket
+from .common import prompt_ids
 
 
 async def _engine_round(engine, prompts: list[list[int]], new_tokens: int) -> tuple[float, float]:
@@ -100,7 +96,7 @@ async def _single_ttfts(engine, base_url: str, prompt_len: int, vocab: int, samp
     try:
         for i in range(samples):
             for side in (("engine", "http") if i % 2 == 0 else ("http", "engine")):
-                prompt = _prompt(prompt_len, 777_000 + 2 * i + (side == "http"), vocab)
+                prompt = prompt_ids(prompt_len, 777_000 + 2 * i + (side == "http"), vocab)
                 if side == "engine":
                     start = time.perf_counter()
                     async for _ in engine.generate(prompt, params):
@@ -115,9 +111,9 @@ async def _single_ttfts(engine, base_url: str, prompt_len: int, vocab: int, samp
     return {"samples": samples, "engine_ms": engine_ms, "http_ms": http_ms, "http_extra_ms": http_ms - engine_ms}
 
 
-def _start_server(model_path, port: int, engine_args: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "llmchat.tui.cli", "serve", str(model_path), "--port", str(port),
-           "--log-level", "warning", *engine_args]
+def _start_server(model_path, port: int, engine_kwargs: dict) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "llmchat.engine.server", str(model_path), "--port", str(port),
+           "--engine", json.dumps(engine_kwargs)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
 
 
@@ -148,7 +144,7 @@ async def _measure(engine, base_url: str, clients: list[int], new_tokens: int, p
     me = psutil.Process()
     limits = httpx.Limits(max_connections=max(clients) + 4, max_keepalive_connections=max(clients) + 4)
     async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(600.0), limits=limits) as client:
-        warm = [_prompt(prompt_len, 1, vocab)]
+        warm = [prompt_ids(prompt_len, 1, vocab)]
         await _engine_round(engine, warm, 8)
         await _http_round(client, warm, 8)
         figures = {}
@@ -157,7 +153,7 @@ async def _measure(engine, base_url: str, clients: list[int], new_tokens: int, p
             cpu = {"engine": 0.0, "http": 0.0}
             for r in range(rounds):
                 for side in (("engine", "http") if r % 2 == 0 else ("http", "engine")):
-                    prompts = [_prompt(prompt_len, 10_000 * k + 100 * r + i + (50 if side == "http" else 0), vocab)
+                    prompts = [prompt_ids(prompt_len, 10_000 * k + 100 * r + i + (50 if side == "http" else 0), vocab)
                                for i in range(k)]
                     watched = me if side == "engine" else server_process
                     cpu0 = _cpu_seconds(watched) if watched is not None else 0.0
@@ -184,22 +180,19 @@ def run(model_path, clients=(1, 8, 16), new_tokens: int = 64, prompt_len: int = 
         ttft_samples: int = 20) -> dict:
     """server_url: measure a server already running (the same model and settings) instead of starting one."""
     from ..async_engine import AsyncEngine
-    from .run import bind_socket
 
+    engine_kwargs = dict(dtype=dtype, kv_cache_gb=kv_cache_gb, num_threads=num_threads,
+                         attention_backend=attention_backend, quantize=quantize)
     proc = None
     if server_url is None:
         sock = bind_socket("127.0.0.1", 0)
         port = sock.getsockname()[1]
         sock.close()
-        engine_args = ["--dtype", dtype, "--kv-cache-gb", str(kv_cache_gb), "--attention", attention_backend]
-        engine_args += ["--threads", str(num_threads)] if num_threads else []
-        engine_args += ["--quantize", quantize] if quantize else []
         server_url = f"http://127.0.0.1:{port}"
-        proc = _start_server(model_path, port, engine_args)
+        proc = _start_server(model_path, port, engine_kwargs)
     base_url = server_url
     try:
-        engine = AsyncEngine(model_path, dtype=dtype, kv_cache_gb=kv_cache_gb, num_threads=num_threads,
-                             attention_backend=attention_backend, quantize=quantize)
+        engine = AsyncEngine(model_path, **engine_kwargs)
         if proc is not None:
             _wait_ready(proc, base_url)
         vocab = engine.engine.vocab_size
@@ -244,11 +237,3 @@ def format_report(r: dict) -> str:
         lines.append(f"TTFT of a lone request, median of {single['samples']}: in-process {single['engine_ms']:.2f} ms, "
                      f"HTTP {single['http_ms']:.2f} ms ({single['http_extra_ms']:+.2f} ms; a bare HTTP/1.1 client)")
     return "\n".join(lines)
-
-
-def run_cli(model_path, args) -> int:
-    result = run(model_path, clients=args.clients, new_tokens=args.tokens, dtype=args.dtype,
-                 kv_cache_gb=args.kv_cache_gb, num_threads=args.threads, attention_backend=args.attention_backend,
-                 quantize=args.quantize)
-    print(json.dumps(result, indent=2) if args.json else format_report(result))
-    return 0

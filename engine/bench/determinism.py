@@ -1,4 +1,4 @@
-"""`llmchat bench MODEL --determinism`: what determinism costs, one run. The same engine figures (engine/bench.py)
+"""`llmchat bench MODEL --determinism`: what determinism costs, one run. The same engine figures (bench/throughput.py)
 for EngineConfig.deterministic off and on, each measured twice in the order off, on, on, off (drift on a shared
 machine then weighs on both sides alike); the best of each side's two is reported, with the ratio on / off.
 Only the projections differ between the sides: the attention kernel is the deterministic one in both.
@@ -9,8 +9,8 @@ import gc
 
 import torch
 
-from .bench import engine_figures
-from .llm import LLM
+from ..llm import LLM
+from .throughput import engine_figures
 
 ORDER = (False, True, True, False)
 

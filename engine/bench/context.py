@@ -5,8 +5,10 @@ costs what the global layers read plus the windows; the figures show how close t
 Shared machines are noisy: compare figures of one run."""
 from __future__ import annotations
 
-from .llm import LLM
-from .sampling_params import SamplingParams
+from ..llm import LLM
+from ..model_loader import read_config
+from ..models import ModelArgs
+from ..sampling_params import SamplingParams
 
 
 def kv_bytes_read(args, context: int, itemsize: int) -> int:
@@ -20,8 +22,6 @@ def run(model_path, contexts=(1024, 8192), new_tokens: int = 32, dtype: str = "a
     if num_threads:
         import torch
         torch.set_num_threads(num_threads)
-    from .model_loader import read_config
-    from .models import ModelArgs
     limit = ModelArgs.from_config(read_config(model_path)).max_position_embeddings
     skipped = [c for c in contexts if c + new_tokens > limit]   # past the model's context
     contexts = [c for c in contexts if c + new_tokens <= limit]
