@@ -1,4 +1,4 @@
-"""`llmchat serve MODEL [...]`: an OpenAI-compatible HTTP server on the engine (engine/server)."""
+"""`llmchat serve MODEL [...]`: an OpenAI-compatible HTTP server on the engine (engine/serve)."""
 from __future__ import annotations
 
 import argparse
@@ -52,7 +52,7 @@ def parse_adapters(values: list[str]) -> list[tuple[str, str]]:
 
 
 def build_specs(args: argparse.Namespace):
-    from llmchat.engine.server import ModelSpec
+    from llmchat.engine.serve import ModelSpec
 
     adapters = parse_adapters(args.adapter)
     return [ModelSpec(model_id(name), resolve_model(name), adapters if i == 0 else [])
@@ -60,8 +60,8 @@ def build_specs(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmchat.engine.server import ServerSettings, serve
-    from llmchat.engine.server.security import check_bind
+    from llmchat.engine.serve import ServerSettings, serve
+    from llmchat.engine.serve.security import check_bind
 
     api_key = args.api_key or os.environ.get("LLMCHAT_API_KEY") or None
     check_bind(args.host, api_key)               # before any model is resolved or loaded

@@ -21,7 +21,7 @@ import time
 import httpx
 
 from ..sampling_params import SamplingParams
-from ..server.run import bind_socket
+from ..serve.run import bind_socket
 from .common import prompt_ids
 
 
@@ -112,7 +112,7 @@ async def _single_ttfts(engine, base_url: str, prompt_len: int, vocab: int, samp
 
 
 def _start_server(model_path, port: int, engine_kwargs: dict) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "llmchat.engine.server", str(model_path), "--port", str(port),
+    cmd = [sys.executable, "-m", "llmchat.engine.serve", str(model_path), "--port", str(port),
            "--engine", json.dumps(engine_kwargs)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "server"))
 from server_helpers import ThreadServer, serve_settings  # noqa: E402
 
 from llmchat.engine.remote import make_endpoint  # noqa: E402
-from llmchat.engine.server.state import ModelSpec  # noqa: E402
+from llmchat.engine.serve.state import ModelSpec  # noqa: E402
 
 
 @pytest.fixture(scope="module")

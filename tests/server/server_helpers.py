@@ -11,8 +11,8 @@ import time
 
 import httpx
 
-from llmchat.engine.server.run import bind_socket, make_server
-from llmchat.engine.server.state import ModelSpec, ServerSettings
+from llmchat.engine.serve.run import bind_socket, make_server
+from llmchat.engine.serve.state import ModelSpec, ServerSettings
 
 ENGINE = dict(attention_backend="torch", kv_cache_gb=0.05, max_num_batched_tokens=64)
 

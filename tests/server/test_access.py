@@ -10,8 +10,8 @@ import pytest
 from server_helpers import ThreadServer, serve_settings, wait_until
 
 from llmchat.engine import AsyncEngine
-from llmchat.engine.server import ModelSpec
-from llmchat.engine.server.security import check_bind, is_loopback, key_matches
+from llmchat.engine.serve import ModelSpec
+from llmchat.engine.serve.security import check_bind, is_loopback, key_matches
 
 KEY = "s3cret-key"
 USER = [{"role": "user", "content": "Hello"}]

@@ -9,7 +9,7 @@ import openai
 import pytest
 from server_helpers import ThreadServer, serve_settings
 
-from llmchat.engine.server import ModelSpec
+from llmchat.engine.serve import ModelSpec
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello world! How are you today?"}]
 

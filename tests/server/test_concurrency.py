@@ -12,7 +12,7 @@ import openai
 import pytest
 from server_helpers import ThreadServer, serve_settings, wait_until
 
-from llmchat.engine.server import ModelSpec
+from llmchat.engine.serve import ModelSpec
 
 MAX_PENDING = 9
 LONG = 480   # the tiny model's context is 512: room for a short prompt and a long reply

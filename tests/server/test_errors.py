@@ -5,7 +5,7 @@ import httpx
 import pytest
 from server_helpers import ThreadServer, serve_settings
 
-from llmchat.engine.server import ModelSpec
+from llmchat.engine.serve import ModelSpec
 
 MAX_BODY = 64 * 1024
 USER = [{"role": "user", "content": "Hello"}]

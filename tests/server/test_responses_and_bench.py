@@ -8,9 +8,9 @@ import pytest
 from server_helpers import ThreadServer, serve_settings
 
 from llmchat.engine.outputs import RequestMetrics
-from llmchat.engine.server import ModelSpec
+from llmchat.engine.serve import ModelSpec
 from llmchat.engine.bench.serve import format_report, run
-from llmchat.engine.server.responses import Envelope, timings, usage
+from llmchat.engine.serve.responses import Envelope, timings, usage
 
 
 @pytest.mark.parametrize("chat", [True, False])

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from server_helpers import ThreadServer, serve_settings
 from tiny_models import make_model
 
-from llmchat.engine.server import ModelSpec
+from llmchat.engine.serve import ModelSpec
 
 schema = schemathesis.pytest.from_fixture("api_schema")
 

@@ -23,7 +23,7 @@ from llmchat.tui.widgets.prompt_input import PromptInput
 sys.path.insert(0, str(Path(__file__).parent.parent / "server"))
 from server_helpers import ThreadServer, cli_server, serve_settings, wait_healthy  # noqa: E402
 
-from llmchat.engine.server.state import ModelSpec  # noqa: E402
+from llmchat.engine.serve.state import ModelSpec  # noqa: E402
 
 SIZE = (140, 40)
 

@@ -3,7 +3,7 @@
 A front end like the TUI: it reaches the engine only through AsyncEngine (generate / abort / metrics /
 load_adapter), and nothing else in llmchat.engine imports it.
 
-    from llmchat.engine.server import ModelSpec, ServerSettings, build_app, serve
+    from llmchat.engine.serve import ModelSpec, ServerSettings, build_app, serve
 """
 from .app import build_app
 from .run import serve

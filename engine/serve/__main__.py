@@ -1,4 +1,4 @@
-"""`python -m llmchat.engine.server MODEL_FOLDER --port N [--engine JSON]`: the API on one model folder, for
+"""`python -m llmchat.engine.serve MODEL_FOLDER --port N [--engine JSON]`: the API on one model folder, for
 benchmarks and scripts that start a server without the command line (`llmchat serve` is the user's entrance)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .state import ModelSpec, ServerSettings
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m llmchat.engine.server")
+    parser = argparse.ArgumentParser(prog="python -m llmchat.engine.serve")
     parser.add_argument("model", help="model folder (its name is the model id)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
