@@ -20,6 +20,6 @@ def fixed_length(n: int) -> SamplingParams:
 
 
 def baseline_env() -> dict:
-    """The environment of a baseline's process: llmchat's own OMP_WAIT_POLICY=PASSIVE (tui/cli.py) makes every
+    """The environment of a baseline's process: llmchat's own OMP_WAIT_POLICY=PASSIVE (tui/cli/__init__.py) makes every
     OpenMP barrier sleep, which costs transformers and llama.cpp (an OpenMP build) most of their speed."""
     return {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}

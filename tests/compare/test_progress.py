@@ -1,7 +1,7 @@
 """The compare progress display: a redrawn bar on a terminal, plain lines in logs and pipes."""
 import io
 
-from llmchat.tui.cli_compare import ProgressBar
+from llmchat.tui.cli.compare import ProgressBar
 
 
 class FakeTerminal(io.StringIO):

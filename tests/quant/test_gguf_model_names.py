@@ -14,8 +14,9 @@ import pytest
 from llmchat.engine import LLM, AsyncEngine, SamplingParams
 from llmchat.engine.compare.runner import default_resolver
 from llmchat.engine.store import ModelStore, default_data_dir, resolve_model
-from llmchat.tui import cli_bench, cli_run
-from llmchat.tui.cli_serve import build_specs
+from llmchat.tui.cli import bench as cli_bench
+from llmchat.tui.cli import run as cli_run
+from llmchat.tui.cli.serve import build_specs
 from llmchat.tui.paths import data_dir
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)

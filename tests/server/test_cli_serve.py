@@ -13,7 +13,7 @@ import pytest
 from gguf_models import write_gguf
 from server_helpers import cli_server, wait_healthy
 
-from llmchat.tui.cli_serve import model_id, parse_adapters
+from llmchat.tui.cli.serve import model_id, parse_adapters
 
 KEY = "cli-test-key"
 ENGINE_ARGS = ["--attention", "torch", "--kv-cache-gb", "0.02", "--log-level", "warning"]

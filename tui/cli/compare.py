@@ -51,7 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--kv-cache-gb", type=float, default=None, help="KV cache budget per model")
     p.add_argument("--resume", action="store_true", help="continue the run already in --out")
-    from .cli_endpoints import add_endpoint_option
+    from .endpoints import add_endpoint_option
     add_endpoint_option(p)
     return p
 
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     settings.validate()
     if args.kv_cache_gb is not None and args.kv_cache_gb <= 0:
         raise ValueError(f"--kv-cache-gb must be > 0, got {args.kv_cache_gb}")
-    from .cli_endpoints import endpoints_from
+    from .endpoints import endpoints_from
     endpoints = endpoints_from(args.endpoints)
     variants = build_variants(args.models, args.adapters)
     prompts, prompt_errors = load_prompts(args.prompts)

@@ -13,8 +13,8 @@ def add_endpoint_option(parser, dest: str = "endpoints") -> None:
 def endpoints_from(args_endpoints: list[str]) -> list:
     """settings.toml's endpoints, then the command line's (which replace those of the same name)."""
     from llmchat.engine.remote import merge_endpoints, parse_endpoint_arg
-    from .paths import config_dir
-    from .settings import SettingsStore
+    from ..paths import config_dir
+    from ..settings import SettingsStore
     store = SettingsStore(config_dir() / "settings.toml")
     settings = store.load()
     if store.problem:

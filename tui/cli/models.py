@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
                                    "lists them); it is then registered like `models import`")
     s = sub.add_parser("list", help="models in the library (HF cache + imports)")
     s.add_argument("--remote", action="store_true", help="also list the models of the remote endpoints")
-    from .cli_endpoints import add_endpoint_option
+    from .endpoints import add_endpoint_option
     add_endpoint_option(s)
     s = sub.add_parser("rm", help="delete a model (imported folders are only unregistered)")
     s.add_argument("name")
@@ -152,7 +152,7 @@ def _remote_rows(args) -> tuple[list[dict], list[str]]:
     if not getattr(args, "remote", False):
         return [], []
     from llmchat.engine.remote import list_all
-    from .cli_endpoints import endpoints_from
+    from .endpoints import endpoints_from
     endpoints = endpoints_from(args.endpoints)
     if not endpoints:
         return [], ["no remote endpoints: add [[endpoints]] to settings.toml or pass --endpoint NAME=URL"]
