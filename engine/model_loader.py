@@ -12,11 +12,11 @@ import torch
 from safetensors import safe_open
 
 from .config import DEFAULT_SMALL_M_MAX
-from .models import MODEL_CLASSES, STACKED_PARAMS, CausalLM, ModelArgs
+from .architectures import ARCHITECTURE_NOTES
+from .models import MODEL_CLASSES, CausalLM, ModelArgs, parameter_target
 from .quant.gguf_model import load_gguf_weights
 from .quant.prepared_cache import PreparedCache
 from .quant.prepared_cache import identity as prepared_identity
-from .store.support import ARCHITECTURE_NOTES
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -111,16 +111,6 @@ def weight_files(folder: Path) -> list[Path]:
     raise FileNotFoundError(f"{folder} has no *.safetensors weights")
 
 
-def _target(name: str) -> tuple[str, int | None]:
-    """Checkpoint tensor name -> (engine parameter name, fused slice index or None)."""
-    parts = name.split(".")
-    for i, part in enumerate(parts):
-        if part in STACKED_PARAMS:
-            fused, index = STACKED_PARAMS[part]
-            return ".".join(parts[:i] + [fused] + parts[i + 1:]), index
-    return name, None
-
-
 def _renamed(key: str, renames: tuple[tuple[str, str], ...]) -> str:
     """A checkpoint name under the engine's prefix (the text part of a multimodal checkpoint)."""
     for old, new in renames:
@@ -173,7 +163,7 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
         if prepared_cache:
             cache = PreparedCache(prepared_identity(gguf, kernels, quant_tiles, q8_wide_activations),
                                   mapped=prepared_mmap)
-        if load_gguf_weights(model, gguf, dtype, _target, progress and (lambda done, _: progress(done, total)),
+        if load_gguf_weights(model, gguf, dtype, parameter_target, progress and (lambda done, _: progress(done, total)),
                              cache):
             cache = None   # came from there: nothing to write
     else:
@@ -216,7 +206,7 @@ def load_weights(model: CausalLM, files: list[Path], progress: LoadProgress | No
             for key in f.keys():
                 if key.endswith(IGNORED_SUFFIXES):
                     continue
-                name, index = _target(_renamed(key, model.args.renames))
+                name, index = parameter_target(_renamed(key, model.args.renames))
                 param = params.get(name)
                 if param is None:
                     continue  # e.g. lm_head.weight of a tied checkpoint

@@ -31,13 +31,6 @@ from .decoder_layer import DecoderLayer, norm_class
 from .decoder_stack import DecoderStack
 from .gemma3 import Gemma3DecoderLayer
 
-# checkpoint projection -> (fused engine projection, slice index)
-STACKED_PARAMS = {
-    "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
-    "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
-}
-
-
 class DecoderModel(nn.Module):
     def __init__(self, args: ModelArgs, ops, kernels) -> None:
         super().__init__()

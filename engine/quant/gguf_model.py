@@ -34,7 +34,7 @@ def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[s
                       progress: Callable[[int, int], None] | None = None,
                       prepared: PreparedCache | None = None) -> bool:
     """Fill `model` (a CausalLM on meta) from the GGUF at `path`; target maps a Hugging Face name to the engine
-    parameter and fused slice (model_loader._target). progress(bytes read, file bytes). prepared: where the
+    parameter and fused slice (models.parameter_target). progress(bytes read, file bytes). prepared: where the
     quantized weights may already lie in the kernels' layout; True when they came from there (then only the
     file's dense tensors are read)."""
     reader = open_reader(path)

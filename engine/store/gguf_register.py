@@ -65,9 +65,10 @@ def write_metadata(path: Path, out: Path, dtype: str | None, reader, stem: str) 
     written = json.loads((out / "config.json").read_text())
     written["_name_or_path"] = base_name(stem)
     (out / "config.json").write_text(json.dumps(written, indent=2))
-    from llmchat.engine.model_loader import _target, read_config
+    from llmchat.engine.model_loader import read_config
+    from llmchat.engine.models import parameter_target
     from llmchat.engine.quant.gguf_model import check_shapes
-    check_shapes(reader, read_config(out), path, _target)
+    check_shapes(reader, read_config(out), path, parameter_target)
     # transformers' GGUF reader refuses granite and smollm3: those take the generic class; the tokenizer itself
     # is built from the same metadata by the same builders either way
     tok = hf_tokenizer(path, None if arch in FAMILY_ARCHS else config.model_type)

@@ -109,10 +109,6 @@ class ModelsScreen(Screen):
     def refresh_library(self) -> None:
         try:
             models = self.store().list()
-        except ImportError:
-            self.app.call_from_thread(self.notify, "The model store is not available in this build",
-                                      severity="error")
-            return
         except Exception as exc:   # a broken library entry must not close the screen
             self.app.call_from_thread(self.notify, f"Library: {exc}", severity="error")
             return
