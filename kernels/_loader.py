@@ -9,7 +9,7 @@ import platform
 
 import torch
 
-from . import variants
+import llmchat.kernels.variants as variants
 
 _error: str | None = None
 _level: str | None = None  # the portable level loaded; None for a build made for one CPU

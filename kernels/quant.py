@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from . import quant_neon_layout as neon_layout
+import llmchat.kernels.quant_neon_layout as neon_layout
 from ._loader import require
 
 KINDS = {"q8": 0, "q8h": 1, "q4": 2, "q5": 3}
