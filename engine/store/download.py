@@ -5,6 +5,7 @@ huggingface_hub 2.x retries a dropped connection within one call but deletes its
 failure, so a cancelled or killed download would start over. We keep `<etag>.llmchat-partial` next to
 the blobs instead, continue it with an HTTP Range request, check size and hash, then rename it to the blob
 name huggingface_hub expects; hf_hub_download then only links it into the snapshot.
+The Hub client (~0.3 s with its HTTP stack) is imported in the functions that call it: starts never wait for it.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Callable
 from urllib.parse import urlparse
 
 from .hf_cache import PARTIAL_SUFFIX, repo_dir
+from .hub import endpoint, hub_errors, timeout, token
 from .types import CorruptDownloadError, DownloadCancelled, DownloadProgress, NotEnoughDiskError, OfflineError
 
 CHUNK = 1 << 20
@@ -86,7 +88,6 @@ def fetch_blob(url: str, partial: Path, expected_size: int | None, headers: dict
     import httpx2
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
-    from .hub import hub_errors, timeout
 
     failures = 0
     while True:
@@ -137,7 +138,6 @@ def partial_size(partial: Path) -> int:
 def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: list[str], siblings: dict,
                 progress=None, cancel: threading.Event | None = None) -> Path:
     """Download `files` of `commit` into the HF cache (resumable, verified) and link them into its snapshot."""
-    from .hub import endpoint, hub_errors, timeout, token
     cache = store.cache_dir
     sizes = {n: (s.lfs.size if s.lfs else s.size) for n, s in siblings.items()}
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url

@@ -1,6 +1,8 @@
 """config.json for the GGUF families transformers' GGUF reader does not describe (granite, smollm3) or describes
 only in part (phi3: partial rotary and LongRoPE, whose factors are tensors; gemma3: local RoPE, window pattern),
-read from the file's metadata the way llama.cpp writes it. Other families keep transformers' reader."""
+read from the file's metadata the way llama.cpp writes it. Other families keep transformers' reader.
+transformers is imported inside the function that uses it (seconds): every start imports the store.
+"""
 from __future__ import annotations
 
 

@@ -6,6 +6,7 @@ transformers load.
 The weights come from the engine's own GGUF reader (engine/quant/gguf_export.py), so every family the engine
 runs from a GGUF converts, including those transformers' GGUF reader does not know (granite, smollm3).
 Tensors are dequantized one at a time, so progress is real and memory stays at one shard.
+torch and the engine's GGUF readers are imported inside the functions that use them: every start imports the store.
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import os
 import time
 from pathlib import Path
 
-from .gguf_register import library_name, open_checked, origin_of, previous_import, write_folder, write_metadata
+from .gguf_register import (library_name, open_checked, origin_of, previous_import, register_gguf, write_folder,
+                            write_metadata)
+from .pull import human_bytes
 from .types import DownloadProgress, StoreError
 
 SHARD_BYTES = 2 << 30
@@ -23,7 +26,6 @@ SHARD_BYTES = 2 << 30
 def import_gguf(store, path: Path, progress=None, name: str | None = None, dtype: str = "auto",
                 dequantize: bool = False):
     if not dequantize:
-        from .gguf_register import register_gguf
         return register_gguf(store, path, progress=progress, name=name, dtype=dtype)
     return dequantize_gguf(store, path, progress=progress, name=name, dtype=dtype)
 
@@ -109,7 +111,6 @@ def dequantize_gguf(store, path: Path, progress=None, name: str | None = None, d
     torch_dtype = _choose_dtype(dtype, num_params)
     need = num_params * (torch_dtype.itemsize)
     if need > store.free_space(store.registry.dir):
-        from .pull import human_bytes
         raise StoreError(f"not enough disk space to import {path.name}: needs {human_bytes(need)}")
     # the file's tensor bytes, so the rate and ETA are of what is read (the F32 rope factors included)
     report = _Progress(progress, path.name, len(reader.tensors), sum(int(t.n_bytes) for t in reader.tensors))

@@ -4,6 +4,7 @@ gguf.json pointing at the file (engine/model_loader.py reads its weights, quanti
 Everything is checked before anything is written (architecture, tensor types, tensor shapes), and the folder
 appears in the library only when complete. The checks, the metadata files and the staging folder are shared
 with `--dequantize` (gguf_import.py), which writes safetensors instead of gguf.json.
+torch, transformers and gguf are imported inside the functions that use them: every start imports the store.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import re
 import shutil
 from pathlib import Path
 
+from .gguf_config import FAMILY_ARCHS, family_config
+from .support import GGUF_ARCHITECTURES as ARCHITECTURES
 from .types import DownloadProgress, StoreError, UnsupportedModelError
 
-from .support import GGUF_ARCHITECTURES as ARCHITECTURES
 POINTER = "gguf.json"
 QUANT_SUFFIX = re.compile(r"[._-](?:[iu]?q\d\w*|bf16|f16|f32|fp16)$", re.IGNORECASE)
 
@@ -48,7 +50,6 @@ def write_metadata(path: Path, out: Path, dtype: str | None, reader, stem: str) 
 
     from llmchat.engine.quant.gguf_tensors import field
 
-    from .gguf_config import FAMILY_ARCHS, family_config
     from .gguf_hf import hf_config, hf_tokenizer
     arch = field(reader, "general.architecture")
     head_dim = field(reader, f"{arch}.attention.key_length")

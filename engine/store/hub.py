@@ -1,14 +1,19 @@
 """Talking to the Hub through huggingface_hub: endpoint/token/offline from the environment, a fast
 reachability probe (no call hangs on a network that is not there), errors turned into clear messages,
-and search filtered to what the engine runs."""
+and search filtered to what the engine runs.
+The Hub client (~0.3 s with its HTTP stack) is imported in the functions that call it: starts never wait for it.
+"""
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
-from .support import SUPPORTED_ARCHITECTURES, SUPPORTED_TEXT, architecture_reason
+from .support import (GGUF_ARCHITECTURES, SUPPORTED_ARCHITECTURES, SUPPORTED_TEXT, architecture_reason,
+                      gguf_architecture, gguf_quants, gguf_repo_reason, is_gguf_model_file, select_files,
+                      weights_reason)
 from .types import GatedRepoError, HubModel, OfflineError, RepoNotFoundError, StoreError
 
 SORTS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
@@ -102,14 +107,12 @@ def _weights_bytes(safetensors) -> int | None:
 
 def is_gguf_repo(names: list[str]) -> bool:
     """GGUF files and no safetensors model beside them (a repo with both is pulled as safetensors)."""
-    from .support import is_gguf_model_file, weights_reason
     return any(is_gguf_model_file(n) for n in names) and bool(weights_reason(names))
 
 
 def gguf_hub_model(info) -> HubModel:
     """A GGUF repo as a search hit: quants from the file names (sizes come later: add_quant_sizes),
     architecture from the Hub's GGUF metadata, else a family tag."""
-    from .support import GGUF_ARCHITECTURES, gguf_architecture, gguf_quants, gguf_repo_reason
     quants = gguf_quants([s.rfilename for s in info.siblings or []])
     arch = gguf_architecture(getattr(info, "gguf", None), info.tags)
     reason = gguf_repo_reason(arch, quants)
@@ -120,7 +123,6 @@ def gguf_hub_model(info) -> HubModel:
 
 
 def to_hub_model(info) -> HubModel:
-    from .support import select_files, weights_reason
     names = [s.rfilename for s in (info.siblings or [])]
     if is_gguf_repo(names):
         return gguf_hub_model(info)
@@ -154,9 +156,7 @@ def _sizes(repo_id: str) -> dict[str, int | None] | None:
 
 def add_quant_sizes(models: list[HubModel]) -> None:
     """Fill in the quant sizes of the GGUF hits in `models`: one model-info call per repo, a few at a time."""
-    from concurrent.futures import ThreadPoolExecutor
 
-    from .support import gguf_quants
     todo = [m for m in models if m.quants and any(q.size is None for q in m.quants)]
     if not todo:
         return

@@ -1,6 +1,8 @@
 """`ModelStore.pull`: decide what to download (refusing early what the engine cannot run), then let
 download.fetch_files move it into the HF cache. `pull_gguf` does the same for one quant file of a GGUF repo,
-then registers it through the store's import."""
+then registers it through the store's import.
+The Hub client (~0.3 s with its HTTP stack) is imported in the functions that call it: starts never wait for it.
+"""
 from __future__ import annotations
 
 import json

@@ -7,8 +7,11 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from .gguf_import import import_gguf
 from .hf_cache import CachedSnapshot, PARTIAL_SUFFIX, hub_cache_dir, remove_snapshot, scan
+from .hub import search
 from .inspect_folder import describe_folder, folder_size
+from .pull import pull
 from .registry import Registry, default_data_dir
 from .types import DownloadProgress, HubModel, LocalModel, StoreError
 
@@ -128,7 +131,6 @@ class ModelStore:
         if not src.exists():
             raise FileNotFoundError(f"{src} does not exist")
         if src.is_file() and src.suffix.lower() == ".gguf":
-            from .gguf_import import import_gguf
             return import_gguf(self, src, progress=progress, name=name, dtype=dtype, dequantize=dequantize)
         if not src.is_dir():
             raise StoreError(f"{src}: expected a model folder or a .gguf file")
@@ -159,12 +161,10 @@ class ModelStore:
     # ---- Hub -----------------------------------------------------------------------------------
     def search(self, query: str, sort: str = "downloads", limit: int = 20,
                include_unsupported: bool = False) -> list[HubModel]:
-        from .hub import search
         return search(query, sort=sort, limit=limit, include_unsupported=include_unsupported)
 
     def pull(self, repo_id: str, revision: str | None = None, progress: ProgressFn | None = None,
              cancel: threading.Event | None = None) -> LocalModel:
-        from .pull import pull
         if revision is None and "@" in repo_id:
             repo_id, revision = repo_id.split("@", 1)
         snapshot = pull(self, repo_id, revision, progress=progress, cancel=cancel)
