@@ -27,10 +27,12 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--model", help="open the app with this model (path, name or remote:ENDPOINT/ID) loaded")
     add_endpoint_option(parser, dest="app_endpoints")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    wanted = [a for a in argv if a in SUBCOMMANDS][:1] or list(SUBCOMMANDS)
+    wanted = [a for a in argv if a in SUBCOMMANDS][:1]
     for name in SUBCOMMANDS:
         if name in wanted or "-h" in argv or "--help" in argv:
             importlib.import_module(SUBCOMMANDS[name]).add_parser(subparsers)   # a broken one fails loudly
+        else:
+            subparsers.add_parser(name)   # only a name among the choices: the app starts without the modules
     return parser
 
 

@@ -13,6 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+from llmchat.engine.compare import CompareSettings, build_variants, load_prompts
+from llmchat.engine.compare.report import CompareInputs
+from llmchat.engine.compare.runner import CompareRunner, engine_factory, resolver_for
+from llmchat.engine.compare.schema import REPORT_MD, RESULTS_JSONL
+from llmchat.engine.compare.store import ResultStore
+
+from .endpoints import add_endpoint_option, endpoints_from
+
 
 EPILOG = """example:
   llmchat compare --models HuggingFaceTB/SmolLM2-135M-Instruct ~/models/qwen2.5-0.5b \\
@@ -51,17 +59,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--kv-cache-gb", type=float, default=None, help="KV cache budget per model")
     p.add_argument("--resume", action="store_true", help="continue the run already in --out")
-    from .endpoints import add_endpoint_option
     add_endpoint_option(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmchat.engine.compare import CompareSettings, build_variants, load_prompts
-    from llmchat.engine.compare.report import CompareInputs
-    from llmchat.engine.compare.runner import CompareRunner, engine_factory, resolver_for
-    from llmchat.engine.compare.schema import REPORT_MD, RESULTS_JSONL
-    from llmchat.engine.compare.store import ResultStore
 
     for model in sorted({m for m in args.models if args.models.count(m) > 1}):
         print(f"llmchat: {model} is given {args.models.count(model)} times in --models: it runs once "
@@ -72,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
     settings.validate()
     if args.kv_cache_gb is not None and args.kv_cache_gb <= 0:
         raise ValueError(f"--kv-cache-gb must be > 0, got {args.kv_cache_gb}")
-    from .endpoints import endpoints_from
     endpoints = endpoints_from(args.endpoints)
     variants = build_variants(args.models, args.adapters)
     prompts, prompt_errors = load_prompts(args.prompts)

@@ -12,6 +12,7 @@ def add_endpoint_option(parser, dest: str = "endpoints") -> None:
 
 def endpoints_from(args_endpoints: list[str]) -> list:
     """settings.toml's endpoints, then the command line's (which replace those of the same name)."""
+    # here, not at the top: every command builds the --endpoint option, few read endpoints (httpx: ~0.1 s)
     from llmchat.engine.remote import merge_endpoints, parse_endpoint_arg
     from ..paths import config_dir
     from ..settings import SettingsStore

@@ -8,6 +8,13 @@ import sys
 import textwrap
 import threading
 
+from llmchat.engine.remote import list_all
+from llmchat.engine.store import ModelStore
+from llmchat.engine.store.hub import add_quant_sizes, unsupported_note
+from llmchat.engine.store.pull import human_bytes, pull_gguf, quant_list
+
+from .endpoints import add_endpoint_option, endpoints_from
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("models", help="find, download, list, remove and import models")
@@ -23,7 +30,6 @@ def add_parser(subparsers) -> None:
                                    "lists them); it is then registered like `models import`")
     s = sub.add_parser("list", help="models in the library (HF cache + imports)")
     s.add_argument("--remote", action="store_true", help="also list the models of the remote endpoints")
-    from .endpoints import add_endpoint_option
     add_endpoint_option(s)
     s = sub.add_parser("rm", help="delete a model (imported folders are only unregistered)")
     s.add_argument("name")
@@ -48,7 +54,6 @@ def _status(m) -> str:
 
 
 def _bytes(n) -> str:
-    from llmchat.engine.store.pull import human_bytes
     return "-" if n is None else human_bytes(n)
 
 
@@ -85,13 +90,11 @@ class _ProgressLine:
 
 def _quant_line(model) -> str:
     """GGUF hits: their quant files with sizes, on an indented line below the row."""
-    from llmchat.engine.store.pull import quant_list
     return textwrap.fill("quants: " + quant_list(model.quants), width=shutil.get_terminal_size((120, 24)).columns,
                          initial_indent="    ", subsequent_indent="      ")
 
 
 def _search(store, args) -> int:
-    from llmchat.engine.store.hub import add_quant_sizes, unsupported_note
     found = store.search(args.query, sort=args.sort, limit=args.limit if args.all else max(args.limit * 5, 50),
                          include_unsupported=True)
     shown = found[:args.limit] if args.all else [m for m in found if m.supported][:args.limit]
@@ -128,7 +131,6 @@ def _pull(store, args) -> int:
     cancel = threading.Event()
     try:
         if args.quant:
-            from llmchat.engine.store.pull import pull_gguf
             model = pull_gguf(store, repo, args.quant, revision=rev or None, progress=_ProgressLine(not args.json),
                               cancel=cancel)
         else:
@@ -151,8 +153,6 @@ def _remote_rows(args) -> tuple[list[dict], list[str]]:
     """Each remote model as {"name": remote:NAME/ID, ...}, and one message per endpoint that did not answer."""
     if not getattr(args, "remote", False):
         return [], []
-    from llmchat.engine.remote import list_all
-    from .endpoints import endpoints_from
     endpoints = endpoints_from(args.endpoints)
     if not endpoints:
         return [], ["no remote endpoints: add [[endpoints]] to settings.toml or pass --endpoint NAME=URL"]
@@ -216,7 +216,6 @@ def _import(store, args) -> int:
 
 
 def run(args) -> int:
-    from llmchat.engine.store import ModelStore
     store = ModelStore()
     action = {"search": _search, "pull": _pull, "list": _list, "rm": _rm, "import": _import}
     return action[args.models_command](store, args)

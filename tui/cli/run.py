@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmchat.engine.chat_templates import KNOWN_TEMPLATES, NoChatTemplateError
+from llmchat.engine.chat_templates import KNOWN_TEMPLATES, NoChatTemplateError, use_template
 from llmchat.engine.store import resolve_model
 
 
@@ -48,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from llmchat.engine import LLM, SamplingParams
-    from llmchat.engine.chat_templates import use_template
+    from llmchat.engine import LLM, SamplingParams   # torch (~1 s): after the arguments are checked, not on --help
 
     folder = resolve_model(args.model)
     if args.raw:

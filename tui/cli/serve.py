@@ -52,7 +52,7 @@ def parse_adapters(values: list[str]) -> list[tuple[str, str]]:
 
 
 def build_specs(args: argparse.Namespace):
-    from llmchat.engine.serve import ModelSpec
+    from llmchat.engine.serve import ModelSpec   # FastAPI and uvicorn (~0.6 s): loaded when serving, not on --help
 
     adapters = parse_adapters(args.adapter)
     return [ModelSpec(model_id(name), resolve_model(name), adapters if i == 0 else [])
@@ -60,7 +60,7 @@ def build_specs(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmchat.engine.serve import ServerSettings, serve
+    from llmchat.engine.serve import ServerSettings, serve   # FastAPI and uvicorn (~0.6 s): see build_specs
     from llmchat.engine.serve.security import check_bind
 
     api_key = args.api_key or os.environ.get("LLMCHAT_API_KEY") or None
