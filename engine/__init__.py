@@ -2,14 +2,14 @@
 
     from llmchat.engine import LLM, SamplingParams, AsyncEngine
 """
-from .client import EngineClient
+from .client import BatchClient, EngineClient
 from .config import EngineConfig
 from .metrics import MetricsSnapshot
 from .outputs import RequestMetrics, RequestOutput, StreamDelta
 from .sampling_params import SamplingParams
 
 __all__ = ["LLM", "AsyncEngine", "SamplingParams", "RequestOutput", "StreamDelta", "RequestMetrics",
-           "MetricsSnapshot", "EngineConfig", "EngineClient"]
+           "MetricsSnapshot", "EngineConfig", "EngineClient", "BatchClient"]
 
 
 def __getattr__(name):

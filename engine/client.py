@@ -29,3 +29,14 @@ class EngineClient(Protocol):
 
     async def shutdown(self) -> None:
         """Finish or abort what runs and release the engine."""
+
+
+@runtime_checkable
+class BatchClient(Protocol):
+    """The blocking, batched form (scripts and `compare`): LLM here, RemoteLLM on a server."""
+
+    def generate(self, prompts: list, params=None, adapter=None, on_output=None) -> list:
+        """One RequestOutput per prompt, in order; on_output(index, output) as each finishes."""
+
+    def load_adapter(self, name: str, path) -> None:
+        """Make a LoRA adapter available by name (ValueError where the engine cannot)."""

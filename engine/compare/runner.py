@@ -42,7 +42,8 @@ def resolver_for(endpoints=()) -> Callable[[str], Path | str]:
 
 
 def engine_factory(endpoints=()) -> Callable:
-    """make_engine for the runner: the local LLM for a folder, a RemoteLLM for "remote:ENDPOINT/ID"."""
+    """make_engine for the runner: the local LLM for a folder, a RemoteLLM for "remote:ENDPOINT/ID" (both
+    BatchClients, engine/client.py)."""
     def make_engine(path, settings):
         from llmchat.engine.remote import RemoteLLM
         if is_remote(str(path)):
