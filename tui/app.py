@@ -1,5 +1,6 @@
 """The llmchat Textual app: what every screen shares (database, engines, settings, theme) and the app-wide
-keys. The chat itself, its keys and its sessions are the main screen's (screens/main_screen.py)."""
+keys. The chat's keys are the main screen's (screens/main_screen.py); its sessions, replies and the operations on
+them are the chat controller's that the screen talks to (chat_controller.py)."""
 from __future__ import annotations
 
 from pathlib import Path

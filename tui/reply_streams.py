@@ -1,5 +1,6 @@
-"""The replies being generated on the chat screen, at most one per session: start, stop, save as they
-stream, and what is left when one ends (a reply, an error notice, or a send taken back)."""
+"""The replies being generated, at most one per session: start, stop, save as they stream, and what is left
+when one ends (a reply, an error notice, or a send taken back). Part of the chat controller, whose sessions,
+database and engines they use; what the user sees goes through its UI interface (chat_ui.ChatUI)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -10,12 +11,12 @@ from .chat_state import ChatMessage, ChatSession
 from .generation import EXPECTED_ERRORS, stream_reply
 
 if TYPE_CHECKING:
-    from .screens.main_screen import MainScreen
+    from .chat_controller import ChatController
 
 
 class ReplyStreams:
-    def __init__(self, screen: MainScreen) -> None:
-        self.screen = screen                             # runs the workers, shows the notices and sessions
+    def __init__(self, chat: ChatController) -> None:
+        self.chat = chat                                 # the sessions, database and engines; its UI runs workers
         self.replies: dict[int, ChatMessage] = {}        # session id -> reply being generated
         self.workers: dict[int, object] = {}             # session id -> its Textual worker
         self.requests: dict[int, tuple] = {}             # session id -> (engine, request id) in flight
@@ -33,24 +34,24 @@ class ReplyStreams:
             reply = continue_from
             reply.finish_reason = None
         self.replies[session.id] = reply
-        self.workers[session.id] = self.screen.run_worker(
+        self.workers[session.id] = self.chat.ui.run_worker(
             self._run(session, reply, continuing=continue_from is not None, sent=sent),
             group=f"session-{session.id}", exit_on_error=False)
-        self.screen.refresh_session_item(session.id)
+        self.chat.ui.refresh_session_item(session.id)
 
     async def _run(self, session: ChatSession, reply: ChatMessage, continuing: bool,
                    sent: ChatMessage | None = None) -> None:
-        screen = self.screen
+        chat, ui = self.chat, self.chat.ui
         try:
-            await stream_reply(screen.engines, session, reply, continuing,
+            await stream_reply(chat.engines, session, reply, continuing,
                                on_request=lambda engine, rid: self.requests.__setitem__(session.id, (engine, rid)))
         except NoChatTemplateError as exc:     # a base model: ask how to send (the message goes back to the input)
             reply.finish_reason, reply.error = "error", str(exc)
-            if not screen.closing:
-                screen.offer_chat_template(session, exc.suggested)
+            if not ui.closing:
+                ui.offer_chat_template(session, exc.suggested)
         except EXPECTED_ERRORS as exc:
             reply.finish_reason, reply.error = "error", str(exc)
-            screen.notify(str(exc), title="Generation failed", severity="error", timeout=10)
+            ui.notify(str(exc), title="Generation failed", severity="error", timeout=10)
         finally:
             self.replies.pop(session.id, None)
             self.workers.pop(session.id, None)
@@ -59,10 +60,10 @@ class ReplyStreams:
                 if reply in session.messages:
                     session.messages.remove(reply)
                 self.take_back(session, sent)
-            elif reply in session.messages and session.id in screen.sessions:
+            elif reply in session.messages and session.id in chat.sessions:
                 self.save(session.id, reply)
-            if session.id in screen.sessions:
-                screen.refresh_session_item(session.id)
+            if session.id in chat.sessions:
+                ui.refresh_session_item(session.id)
 
     def take_back(self, session: ChatSession, sent: ChatMessage | None) -> None:
         """A send that got no reply leaves the chat as it was: the message leaves it and returns to the input
@@ -71,21 +72,19 @@ class ReplyStreams:
             return
         session.messages.pop()
         if sent.id is not None:
-            self.screen.db.delete_messages_from(session.id, sent.id)
-        if session.id == self.screen.current_id and not self.screen.closing:
-            prompt = self.screen.prompt
-            if not prompt.text.strip():
-                prompt.load_text(sent.content)
+            self.chat.db.delete_messages_from(session.id, sent.id)
+        if session.id == self.chat.current_id and not self.chat.ui.closing:
+            self.chat.ui.restore_prompt(sent.content)
 
     def save(self, session_id: int, reply: ChatMessage) -> None:
-        db = self.screen.db
+        db = self.chat.db
         db.update_message(reply) if reply.id is not None else db.add_message(session_id, reply)
 
     def save_streaming(self) -> None:
         """Every second: the text of each streaming reply so far, one statement each (a crash loses at most a
         second of it; at the next start it shows as interrupted)."""
         for session_id, reply in list(self.replies.items()):
-            session = self.screen.sessions.get(session_id)
+            session = self.chat.sessions.get(session_id)
             if session is not None and reply.content and reply in session.messages:
                 self.save(session_id, reply)
 

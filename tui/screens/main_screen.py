@@ -1,8 +1,10 @@
 """The chat screen: sessions on the left, the conversation and the input, the engine panel on the right.
 
 It owns the chat keys: they are bindings of this screen, so they are inactive whenever another screen or a
-dialog is on top (no key reaches a session from under a dialog). It keeps the open sessions and the replies
-being generated; the app keeps what every screen shares (database, engines, settings).
+dialog is on top (no key reaches a session from under a dialog). The keys call its chat controller
+(chat_controller.py: the sessions, the replies being generated, an edit in progress), and the screen shows
+what the controller tells it (the ChatUI methods below); the app keeps what every screen shares (database,
+engines, settings).
 """
 from __future__ import annotations
 
@@ -14,13 +16,12 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from .. import conversation
+from ..chat_controller import ChatController
 from ..chat_state import ChatMessage, ChatSession, SessionSettings
 from ..db import ChatDatabase
 from ..engines import EngineManager
 from ..generation import EXPECTED_ERRORS
 from ..model_choices import known_models, library_names, model_defaults, supports_thinking
-from ..reply_streams import ReplyStreams
 from ..settings import Settings, SettingsStore
 from ..widgets.chat_view import ChatView
 from ..widgets.engine_panel import EnginePanel
@@ -61,19 +62,12 @@ class MainScreen(Screen):
         """startup_model: `llmchat --model` (opened in a session and loaded); show_welcome: the first-run
         dialog when no model is known at all."""
         super().__init__()
-        self.db = db
-        self.engines = engines
-        self.settings = settings
+        self.chat = ChatController(db, engines, settings, ui=self)   # the chat's state; this screen shows it
         self.settings_store = settings_store
         self.data_path = data_path
         self.startup_model = startup_model
         self.show_welcome = show_welcome
-        self.sessions: dict[int, ChatSession] = {}      # every session, by id (all loaded at start)
-        self.current_id: int | None = None              # the session shown
-        self.editing: ChatMessage | None = None          # the message being edited for a resend, if any
-        self.streams = ReplyStreams(self)                # replies being generated, one per session at most
         self.remote_names: list[str] = []               # "remote:NAME/ID" of every endpoint, asked at start
-        self.last_export: tuple[Path, Path] | None = None   # (markdown, json) of the last export
         self.metrics_timer = None                        # the engine panel's poll (tests pause it)
 
     def compose(self):
@@ -90,24 +84,50 @@ class MainScreen(Screen):
         """Under a dialog this screen's footer stays visible: it lists its keys only while they act."""
         return self.is_active
 
+    # ---- the chat's state, read from the controller ----------------------------------------------
+    @property
+    def db(self) -> ChatDatabase:
+        return self.chat.db
+
+    @property
+    def engines(self) -> EngineManager:
+        return self.chat.engines
+
+    @property
+    def settings(self) -> Settings:
+        return self.chat.settings
+
+    @property
+    def sessions(self) -> dict[int, ChatSession]:
+        return self.chat.sessions
+
+    @property
+    def current_id(self) -> int | None:
+        return self.chat.current_id
+
     @property
     def current(self) -> ChatSession | None:
-        return self.sessions.get(self.current_id) if self.current_id is not None else None
+        return self.chat.current
 
     @property
     def replies(self) -> dict[int, ChatMessage]:
         """Session id -> the reply being generated for it."""
-        return self.streams.replies
+        return self.chat.replies
+
+    @property
+    def editing(self) -> ChatMessage | None:
+        return self.chat.editing
+
+    @property
+    def last_export(self) -> tuple[Path, Path] | None:
+        return self.chat.last_export
 
     @property
     def prompt(self) -> PromptInput:
         return self.query_one(PromptInput)
 
     async def on_mount(self) -> None:
-        sidebar = self.query_one(Sidebar)
-        for session in self.db.load_sessions():
-            self.sessions[session.id] = session
-            await sidebar.add(session)
+        await self.chat.load_sessions()
         if self.startup_model:
             await self.open_with_model(self.startup_model)
         elif not self.sessions:
@@ -115,7 +135,7 @@ class MainScreen(Screen):
         else:
             await self.switch_to(max(self.sessions))
         self.set_interval(FRAME_INTERVAL, self.frame_tick)
-        self.set_interval(SAVE_INTERVAL, self.streams.save_streaming)
+        self.set_interval(SAVE_INTERVAL, self.chat.streams.save_streaming)
         self.metrics_timer = self.set_interval(METRICS_INTERVAL, self.poll_metrics)
         if self.engines.remote.endpoints:
             self.run_worker(self.ask_remote_models(), group="remote", exit_on_error=False)
@@ -146,37 +166,13 @@ class MainScreen(Screen):
         self.load_model(model)
 
     async def create_session(self, model: str = "", title: str | None = None) -> ChatSession:
-        settings = SessionSettings(model=model, system_prompt=self.settings.system_prompt)
-        session = self.db.create_session(title or f"New chat {len(self.sessions) + 1}", settings)
-        self.sessions[session.id] = session
-        await self.query_one(Sidebar).add(session)
-        await self.switch_to(session.id)
-        return session
+        return await self.chat.create_session(model, title)
 
     async def switch_to(self, session_id: int) -> None:
-        if self.closing or session_id not in self.sessions:
-            return      # shutting down, or a late event for a deleted session
-        if session_id == self.current_id and self.query_one(ChatView).session is self.sessions[session_id]:
-            return
-        self.current_id = session_id
-        self.editing = None
-        self.query_one(Sidebar).select(session_id)
-        await self.query_one(ChatView).show(self.sessions[session_id])
-        self.app.sub_title = self.sessions[session_id].title
+        await self.chat.switch_to(session_id)
 
     async def on_sidebar_selected(self, event: Sidebar.Selected) -> None:
-        await self.switch_to(event.session_id)
-
-    def refresh_session_item(self, session_id: int) -> None:
-        item = self.query_one(Sidebar).item(session_id)
-        if item is not None:
-            item.refresh_labels(session_id in self.replies)
-
-    def rename(self, session: ChatSession, title: str) -> None:
-        session.title = title
-        self.db.rename_session(session.id, title)
-        self.app.sub_title = title
-        self.refresh_session_item(session.id)
+        await self.chat.switch_to(event.session_id)
 
     async def action_new_session(self) -> None:
         model = self.current.settings.model if self.current else self.settings.default_model
@@ -187,66 +183,91 @@ class MainScreen(Screen):
         session = self.current
         if session is not None:
             self.app.push_screen(TextPrompt("Rename session", session.title),
-                                 lambda title: self.rename(session, title) if title else None)
+                                 lambda title: self.chat.rename(session, title) if title else None)
 
     def action_delete_session(self) -> None:
         session = self.current
         if session is not None:
             self.app.push_screen(Confirm(f"Delete “{session.title}”?"),
-                                 lambda yes: self.delete_session(session) if yes else None)
-
-    async def delete_session(self, session: ChatSession) -> None:
-        del self.sessions[session.id]
-        self.current_id = None
-        self.streams.cancel(session.id)      # the stream closes, which aborts the request in the engine
-        self.db.delete_session(session.id)
-        await self.query_one(Sidebar).remove_session(session.id)
-        if self.sessions:
-            await self.switch_to(max(self.sessions))
-        else:
-            await self.create_session(session.settings.model)
-
-    async def _step_session(self, step: int) -> None:
-        ids = sorted(self.sessions)
-        if ids and self.current_id in ids:
-            await self.switch_to(ids[(ids.index(self.current_id) + step) % len(ids)])
+                                 lambda yes: self.chat.delete_session(session) if yes else None)
 
     async def action_next_session(self) -> None:
-        await self._step_session(1)
+        await self.chat.step_session(1)
 
     async def action_previous_session(self) -> None:
-        await self._step_session(-1)
+        await self.chat.step_session(-1)
 
-    # ---- the conversation (conversation.py) ------------------------------------------------------
+    # ---- the conversation (the controller's) -------------------------------------------------------
     async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
-        await conversation.send(self, event.text)
+        await self.chat.send(event.text)
 
     async def action_stop(self) -> None:
-        conversation.stop(self)
+        self.chat.stop()
 
     async def action_regenerate(self) -> None:
-        conversation.regenerate(self)
+        self.chat.regenerate()
 
     async def action_continue_reply(self) -> None:
-        conversation.continue_reply(self)
+        self.chat.continue_reply()
 
     def on_message_view_edit_requested(self, event: MessageView.EditRequested) -> None:
-        conversation.begin_edit(self, event.message)
+        self.chat.begin_edit(event.message)
 
     def action_edit_last(self) -> None:
-        conversation.edit_last(self)
+        self.chat.edit_last()
 
     def action_focus_input(self) -> None:
         self.prompt.focus()
 
     def action_copy_last_reply(self) -> None:
-        conversation.copy_last_reply(self)
+        self.chat.copy_last_reply()
 
     def action_copy_last_code(self) -> None:
-        conversation.copy_last_code(self)
+        self.chat.copy_last_code()
 
     def action_export_session(self) -> None:
-        conversation.export_current(self)
+        self.chat.export_current()
+
+    # ---- what the controller tells the screen (chat_ui.ChatUI) -------------------------------------
+    async def add_session(self, session: ChatSession) -> None:
+        await self.query_one(Sidebar).add(session)
+
+    async def remove_session(self, session_id: int) -> None:
+        await self.query_one(Sidebar).remove_session(session_id)
+
+    def shows(self, session: ChatSession) -> bool:
+        return self.query_one(ChatView).session is session
+
+    async def show_session(self, session: ChatSession) -> None:
+        self.query_one(Sidebar).select(session.id)
+        await self.query_one(ChatView).show(session)
+        self.app.sub_title = session.title
+
+    def show_title(self, title: str) -> None:
+        self.app.sub_title = title
+
+    def refresh_session_item(self, session_id: int) -> None:
+        item = self.query_one(Sidebar).item(session_id)
+        if item is not None:
+            item.refresh_labels(session_id in self.replies)
+
+    def prompt_sent(self, text: str) -> None:
+        self.prompt.remember(text)
+        self.prompt.clear()
+
+    def clear_prompt(self) -> None:
+        self.prompt.clear()
+
+    def edit_in_prompt(self, text: str) -> None:
+        self.prompt.load_text(text)
+        self.prompt.focus()
+
+    def restore_prompt(self, text: str) -> None:
+        if not self.prompt.text.strip():
+            self.prompt.load_text(text)
+
+    def copy_to_clipboard(self, text: str) -> None:
+        self.app.copy_to_clipboard(text)
 
     # ---- models and the screens on top --------------------------------------------------------------
     def library_names(self, kind: str) -> list[str]:
