@@ -1,7 +1,12 @@
 """Turn what a caller passes as a prompt (text, chat messages or token ids) into prompt token ids."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+
+from .chat_templates import NoChatTemplateError, suggested_template
+from .tokenizer_snapshot import load_snapshot, save_snapshot
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -43,7 +48,6 @@ def render_chat(tokenizer, prompt) -> str:
     messages = list(prompt.messages if isinstance(prompt, Continuation) else prompt)
     validate_messages(messages)
     if template is None and getattr(tokenizer, "chat_template", None) is None:
-        from .chat_templates import NoChatTemplateError, suggested_template
         raise NoChatTemplateError(suggested_template(tokenizer))
     rendered = tokenizer.apply_chat_template(messages, chat_template=template, add_generation_prompt=True,
                                              tokenize=False, **kwargs)
@@ -79,9 +83,7 @@ def load_tokenizer(model_path):
     """The model folder's own tokenizer (and chat template): from its snapshot in the cache when one matches
     the folder (engine/tokenizer_snapshot.py, a fraction of a second), else built by AutoTokenizer (seconds on
     a large vocabulary) and snapshotted for the next start."""
-    from pathlib import Path
 
-    from .tokenizer_snapshot import load_snapshot, save_snapshot
     folder = Path(model_path)
     snapshot = load_snapshot(folder)
     if snapshot is not None:
@@ -100,8 +102,6 @@ def _tokenizer_facts(model_path):
     declared tokenizer class), on transformers' base config class. Without it, AutoTokenizer builds the
     model's own config class, whose import pulls in transformers' modeling stack, torch.distributed and sympy:
     ~75 MB resident that the engine never uses. None (AutoTokenizer's own lookup) without a config.json."""
-    import json
-    from pathlib import Path
 
     from transformers import PreTrainedConfig
     path = Path(model_path) / "config.json"

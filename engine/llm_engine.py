@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import ctypes
 import time
 
 import torch
@@ -25,7 +26,6 @@ from .sequence import Sequence
 def _return_freed_memory() -> None:
     """Hand freed heap pages back to the OS (glibc keeps them otherwise); a no-op elsewhere."""
     try:
-        import ctypes
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import logging
+import platform
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
-from .config import DEFAULT_SMALL_M_MAX
 from .architectures import ARCHITECTURE_NOTES
+from .config import DEFAULT_SMALL_M_MAX
 from .models import MODEL_CLASSES, CausalLM, ModelArgs, parameter_target
 from .quant.gguf_model import load_gguf_weights
 from .quant.prepared_cache import PreparedCache
@@ -49,7 +50,6 @@ def cpu_supports_fp16() -> bool:
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        import platform
         return platform.machine() == "arm64"  # Apple silicon
     flags = set(text.split())
     return bool(flags & {"avx512_fp16", "amx_fp16"}) or {"fphp", "asimdhp"} <= flags

@@ -5,6 +5,10 @@ costs what the global layers read plus the windows; the figures show how close t
 Shared machines are noisy: compare figures of one run."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+import torch
+
 from ..llm import LLM
 from ..model_loader import read_config
 from ..models import ModelArgs
@@ -20,7 +24,6 @@ def kv_bytes_read(args, context: int, itemsize: int) -> int:
 def run(model_path, contexts=(1024, 8192), new_tokens: int = 32, dtype: str = "auto", kv_cache_gb: float = 1.0,
         attention_backend: str = "kernels", num_threads: int | None = None) -> dict:
     if num_threads:
-        import torch
         torch.set_num_threads(num_threads)
     limit = ModelArgs.from_config(read_config(model_path)).max_position_embeddings
     skipped = [c for c in contexts if c + new_tokens > limit]   # past the model's context
@@ -53,7 +56,6 @@ def run(model_path, contexts=(1024, 8192), new_tokens: int = 32, dtype: str = "a
 
 
 def _all_global(args):
-    from dataclasses import replace
     return replace(args, sliding_windows=[-1] * args.num_layers)
 
 

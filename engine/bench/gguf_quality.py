@@ -15,8 +15,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from ..model_loader import read_config
+from ..quant.gguf_export import dense_tensors
+from ..quant.gguf_tensors import field, open_reader
 from ..quant.quality import TEXT, compare, sequence_logits
 from .common import baseline_env
 
@@ -64,11 +68,8 @@ def reference_logits(gguf: Path, folder: Path, ids: list[int]) -> torch.Tensor:
     """fp32 logits of the GGUF dequantized, in transformers (the quality reference). The weights come from the
     engine's own reader (gguf_export.dense_tensors), so every family the engine runs from a GGUF has one, also
     those transformers' GGUF reader does not know (granite, smollm3); folder: the model's library folder."""
-    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig   # seconds to import: only for this reference
 
-    from ..model_loader import read_config
-    from ..quant.gguf_export import dense_tensors
-    from ..quant.gguf_tensors import field, open_reader
     reader = open_reader(gguf)
     arch = field(reader, "general.architecture")
     state = {name: t for name, t, _ in dense_tensors(reader, read_config(folder), arch, torch.float32)}
@@ -101,7 +102,6 @@ def llamacpp_figures(gguf: Path, prompt: list[int], prefix: list[int], new_token
         if done.returncode != 0:
             tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
             return {"error": f"llama.cpp failed: {tail[0]}"}
-        import numpy as np
         fig = json.loads(done.stdout.strip().splitlines()[-1])
         fig["quality"] = compare(reference, torch.from_numpy(np.load(scores)))
     return fig

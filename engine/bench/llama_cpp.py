@@ -98,7 +98,7 @@ def run(binary: Path, gguf: Path, threads: int, prefix_len: int, new_tokens: int
 def file_decode_bytes(gguf: Path) -> int:
     """Bytes llama.cpp streams per decoded token from this file: its tensors (llama-bench's model_size), less the
     token table where the file has its own output head (decode then looks one row of the table up)."""
-    from ..quant.gguf_tensors import open_reader
+    from ..quant.gguf_tensors import open_reader   # torch: `llmchat bench` checks its flags (this module) first
     tensors = {t.name: t.n_bytes for t in open_reader(gguf).tensors}
     total = sum(tensors.values())
     return total - tensors.get("token_embd.weight", 0) if "output.weight" in tensors else total

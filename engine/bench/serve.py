@@ -14,12 +14,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import httpx
+import psutil
+import torch
 
+from ..async_engine import AsyncEngine
 from ..sampling_params import SamplingParams
 from ..serve.run import bind_socket
 from .common import prompt_ids
@@ -87,8 +92,6 @@ async def _raw_stream_ttft(reader, writer, body: dict) -> float:
 
 async def _single_ttfts(engine, base_url: str, prompt_len: int, vocab: int, samples: int) -> dict:
     """Median time to the first text of lone requests (nothing else running), in-process and over HTTP."""
-    import statistics
-    from urllib.parse import urlsplit
     params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
     url = urlsplit(base_url)
     reader, writer = await asyncio.open_connection(url.hostname, url.port)
@@ -140,7 +143,6 @@ async def _measure(engine, base_url: str, clients: list[int], new_tokens: int, p
                    vocab: int, server_process=None, ttft_samples: int = 20) -> dict:
     """Best round of each side per client count; CPU time per token of this process (in-process engine) and
     of the server process (HTTP side), when it is ours to watch."""
-    import psutil
     me = psutil.Process()
     limits = httpx.Limits(max_connections=max(clients) + 4, max_keepalive_connections=max(clients) + 4)
     async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(600.0), limits=limits) as client:
@@ -179,7 +181,6 @@ def run(model_path, clients=(1, 8, 16), new_tokens: int = 64, prompt_len: int = 
         attention_backend: str = "kernels", quantize: str | None = None, server_url: str | None = None,
         ttft_samples: int = 20) -> dict:
     """server_url: measure a server already running (the same model and settings) instead of starting one."""
-    from ..async_engine import AsyncEngine
 
     engine_kwargs = dict(dtype=dtype, kv_cache_gb=kv_cache_gb, num_threads=num_threads,
                          attention_backend=attention_backend, quantize=quantize)
@@ -199,14 +200,12 @@ def run(model_path, clients=(1, 8, 16), new_tokens: int = 64, prompt_len: int = 
 
         async def main():
             try:
-                import psutil
                 watched = psutil.Process(proc.pid) if proc is not None else None
                 return await _measure(engine, base_url, list(clients), new_tokens, prompt_len, rounds, vocab,
                                       watched, ttft_samples)
             finally:
                 await engine.shutdown()
         figures, single = asyncio.run(main())
-        import torch
         return {"model": str(model_path), "dtype": str(engine.engine.runner.dtype).replace("torch.", ""),
                 "threads": torch.get_num_threads(), "new_tokens": new_tokens, "prompt_len": prompt_len,
                 "rounds": rounds, "clients": {str(k): v for k, v in figures.items()}, "single_ttft": single}

@@ -17,11 +17,12 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import torch
-from pathlib import Path
 
+from ..layers.linear import Linear
 from ..llm import LLM
 from ..model_loader import gguf_source
 from . import gguf_quality, llama_cpp
@@ -56,7 +57,7 @@ def engine_figures(llm: LLM, sessions: list[int], new_tokens: int, prompt_len: i
 @torch.inference_mode()
 def transformers_figures(model_path, dtype: torch.dtype, sessions: list[int], new_tokens: int,
                          prompt_len: int, prefix_len: int, vocab: int) -> dict:
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM   # seconds to import; only the baseline's own process needs it
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype).eval()
     pad = model.generation_config.pad_token_id
     pad = pad if pad is not None else 0
@@ -186,7 +187,6 @@ def decode_bytes_per_token(model) -> int:
     """Weight bytes one decode step reads: the weights as held in memory (model.weight_bytes: quantized blocks,
     panels, dense tensors), less an input-embedding table that decode only looks one row up in, i.e. one the
     lm_head does not stream itself (tied quantized tables and tied dense heads without panels do)."""
-    from ..layers.linear import Linear
     total = model.weight_bytes()
     head = getattr(model, "lm_head", None)
     table = getattr(model, "quantized_embedding", None)
@@ -219,7 +219,6 @@ def _roof(result: dict) -> None:
 
 
 def _weights_label(model, gguf, quantize) -> str:
-    from ..layers.linear import Linear
     types = sorted({w.source for m in model.modules() if isinstance(m, Linear) for w in m.quantized.values()})
     if not types:
         return "dense"

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from llmchat.engine.sampling_params import SamplingParams
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -36,7 +38,6 @@ class CompareSettings:
         self.sampling_params(0).validate()
 
     def sampling_params(self, prompt_index: int):
-        from llmchat.engine.sampling_params import SamplingParams
         return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                               top_k=self.top_k, seed=self.seed + prompt_index)
 

@@ -8,6 +8,7 @@ run that produced each result and can differ.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -103,5 +104,4 @@ def _run_info(inputs: CompareInputs, complete: bool) -> dict:
 
 
 def _cpus() -> int | None:
-    import os
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -17,7 +17,8 @@ from llmchat.engine.compare.prompts import PromptItem
 from llmchat.engine.compare.report import CompareInputs, VariantStatus, build_report, result_key
 from llmchat.engine.compare.store import ResultStore
 from llmchat.engine.compare.writers import write_report
-from llmchat.engine.remote import find_endpoint, is_remote, split_remote
+from llmchat.engine.outputs import RequestOutput
+from llmchat.engine.remote import RemoteLLM, find_endpoint, is_remote, split_remote
 from llmchat.engine.store import resolve_model
 
 Progress = Callable[[int, int, str], None]      # (done, total, what is happening)
@@ -45,7 +46,6 @@ def engine_factory(endpoints=()) -> Callable:
     """make_engine for the runner: the local LLM for a folder, a RemoteLLM for "remote:ENDPOINT/ID" (both
     BatchClients, engine/client.py)."""
     def make_engine(path, settings):
-        from llmchat.engine.remote import RemoteLLM
         if is_remote(str(path)):
             name, model_id = split_remote(str(path))
             return RemoteLLM(find_endpoint(list(endpoints), name), model_id)
@@ -208,7 +208,6 @@ class CompareRunner:
 
 
 def _error_output(message: str):
-    from llmchat.engine.outputs import RequestOutput
     return RequestOutput(request_id="", prompt_token_ids=[], token_ids=[], text="", finish_reason="error",
                          error=message)
 

@@ -15,7 +15,8 @@ from torch import nn
 from llmchat.kernels.quant import QuantWeight
 
 from ..layers.linear import Linear
-from .gguf_tensors import GGUFError, field, open_reader, read_tensors
+from ..models import MODEL_CLASSES, ModelArgs
+from .gguf_tensors import GGUFError, field, hf_name, open_reader, read_tensors
 from .prepared_cache import PreparedCache
 
 
@@ -88,12 +89,10 @@ def _slices(owner: Linear, index: int | None, value: QuantWeight) -> list[tuple[
 
 def check_shapes(reader, config: dict, path: Path, target: Callable[[str], tuple[str, int | None]]) -> None:
     """Every tensor of the file fits the model its config describes (a meta-device dry run of the load)."""
-    from ..models import MODEL_CLASSES, ModelArgs
     args = ModelArgs.from_config(config)
     with torch.device("meta"):
         model = MODEL_CLASSES[args.architecture](args, None, None)
     params = dict(model.named_parameters())
-    from .gguf_tensors import hf_name
     arch = field(reader, "general.architecture")
     for t in reader.tensors:
         hf = hf_name(t.name, arch)
