@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .chat_prompt import RAW
 from .chat_state import ChatMessage, ChatSession, SessionSettings
 from .chat_ui import ChatUI
 from .db import ChatDatabase
@@ -12,15 +13,17 @@ from .engines import EngineManager
 from .export import export_session
 from .paths import exports_dir
 from .reply_streams import ReplyStreams
-from .settings import Settings
+from .settings import Settings, SettingsStore
 from .widgets.message_view import code_blocks
 
 
 class ChatController:
-    def __init__(self, db: ChatDatabase, engines: EngineManager, settings: Settings, ui: ChatUI) -> None:
+    def __init__(self, db: ChatDatabase, engines: EngineManager, settings: Settings, settings_store: SettingsStore,
+                 ui: ChatUI) -> None:
         self.db = db
         self.engines = engines
         self.settings = settings
+        self.settings_store = settings_store
         self.ui = ui
         self.sessions: dict[int, ChatSession] = {}      # every session, by id (all loaded at start)
         self.current_id: int | None = None              # the session shown
@@ -81,6 +84,59 @@ class ChatController:
             await self.switch_to(max(self.sessions))
         else:
             await self.create_session(session.settings.model)
+
+    async def open_with_model(self, model: str) -> None:
+        """`llmchat --model PATH`: a fresh session on that model (reusing an empty last one), loaded now."""
+        latest = self.sessions.get(max(self.sessions)) if self.sessions else None
+        if latest is not None and not latest.messages:
+            latest.settings.model = model
+            self.db.save_settings(latest.id, latest.settings)
+            await self.switch_to(latest.id)
+        else:
+            await self.create_session(model)
+        self.ui.load_model(model)
+
+    # ---- a session's settings: its model, adapter, chat template -----------------------------------
+    def apply_settings(self, session: ChatSession, result: SessionSettings | None) -> None:
+        """What the session settings dialog returned (None: cancelled)."""
+        if result is None:
+            return
+        model_changed = result.model != session.settings.model
+        session.settings = result
+        self.db.save_settings(session.id, result)
+        self.ui.refresh_session_item(session.id)
+        if model_changed and result.model and not self.engines.is_loaded(result.model):
+            self.ui.load_model(result.model)
+        self.ui.notify("Session settings saved", timeout=3)
+
+    def use_chat_template(self, session: ChatSession, choice: str) -> None:
+        session.settings.chat_template = choice
+        self.db.save_settings(session.id, session.settings)
+        how = "raw mode" if choice == RAW else f"the {choice} chat template"
+        self.ui.notify(f"This session uses {how} (F3 changes it): Enter sends your message", timeout=6)
+
+    def use_model(self, model: str) -> None:
+        """The current session uses this model (loaded now); it becomes the default when there is none."""
+        session = self.current
+        if session is not None and session.id not in self.replies:
+            session.settings.model = model
+            self.db.save_settings(session.id, session.settings)
+            self.ui.refresh_session_item(session.id)
+        if not self.settings.default_model:
+            self.settings.default_model = model
+            try:
+                self.settings_store.save(self.settings)
+            except (ValueError, OSError) as exc:
+                self.ui.notify(str(exc), severity="warning")
+        self.ui.load_model(model)
+
+    def attach_adapter(self, adapter: str | None) -> None:
+        session = self.current
+        if session is not None:
+            session.settings.adapter = adapter
+            self.db.save_settings(session.id, session.settings)
+            self.ui.refresh_session_item(session.id)
+            self.ui.notify(f"Adapter {adapter} attached to this session" if adapter else "Adapter detached")
 
     # ---- the conversation: send, stop, regenerate, continue, edit and resend -----------------------
     async def send(self, text: str) -> None:

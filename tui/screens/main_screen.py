@@ -17,7 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header
 
 from ..chat_controller import ChatController
-from ..chat_state import ChatMessage, ChatSession, SessionSettings
+from ..chat_state import ChatMessage, ChatSession
 from ..db import ChatDatabase
 from ..engines import EngineManager
 from ..generation import EXPECTED_ERRORS
@@ -28,7 +28,6 @@ from ..widgets.engine_panel import EnginePanel
 from ..widgets.message_view import MessageView
 from ..widgets.prompt_input import PromptInput
 from ..widgets.sidebar import Sidebar
-from ..chat_prompt import RAW
 from .chat_template_choice import ChatTemplateChoice, no_template_text
 from .dialogs import Confirm, TextPrompt
 from .session_settings import SessionSettingsScreen
@@ -62,8 +61,7 @@ class MainScreen(Screen):
         """startup_model: `llmchat --model` (opened in a session and loaded); show_welcome: the first-run
         dialog when no model is known at all."""
         super().__init__()
-        self.chat = ChatController(db, engines, settings, ui=self)   # the chat's state; this screen shows it
-        self.settings_store = settings_store
+        self.chat = ChatController(db, engines, settings, settings_store, ui=self)   # the chat's state; this screen shows it
         self.data_path = data_path
         self.startup_model = startup_model
         self.show_welcome = show_welcome
@@ -129,7 +127,7 @@ class MainScreen(Screen):
     async def on_mount(self) -> None:
         await self.chat.load_sessions()
         if self.startup_model:
-            await self.open_with_model(self.startup_model)
+            await self.chat.open_with_model(self.startup_model)
         elif not self.sessions:
             await self.create_session(self.settings.default_model)
         else:
@@ -153,17 +151,6 @@ class MainScreen(Screen):
     def has_any_model(self) -> bool:
         return bool(self.startup_model or self.settings.default_model or self.library_names("model")
                     or any(s.settings.model for s in self.sessions.values()))
-
-    async def open_with_model(self, model: str) -> None:
-        """`llmchat --model PATH`: a fresh session on that model (reusing an empty last one), loaded now."""
-        latest = self.sessions.get(max(self.sessions)) if self.sessions else None
-        if latest is not None and not latest.messages:
-            latest.settings.model = model
-            self.db.save_settings(latest.id, latest.settings)
-            await self.switch_to(latest.id)
-        else:
-            await self.create_session(model)
-        self.load_model(model)
 
     async def create_session(self, model: str = "", title: str | None = None) -> ChatSession:
         return await self.chat.create_session(model, title)
@@ -285,18 +272,7 @@ class MainScreen(Screen):
         screen = SessionSettingsScreen(session.settings, self.known_models(), self.library_names("adapter"),
                                        model_defaults(model, self.data_path),
                                        thinking_switch=supports_thinking(model, self.data_path))
-        self.app.push_screen(screen, lambda result: self.apply_session_settings(session, result))
-
-    def apply_session_settings(self, session: ChatSession, result: SessionSettings | None) -> None:
-        if result is None:
-            return
-        model_changed = result.model != session.settings.model
-        session.settings = result
-        self.db.save_settings(session.id, result)
-        self.refresh_session_item(session.id)
-        if model_changed and result.model and not self.engines.is_loaded(result.model):
-            self.load_model(result.model)
-        self.notify("Session settings saved", timeout=3)
+        self.app.push_screen(screen, lambda result: self.chat.apply_settings(session, result))
 
     def offer_chat_template(self, session: ChatSession, suggested: str | None) -> None:
         """The session's model has no chat template: the notice in the chat, and the choice of how to send."""
@@ -304,36 +280,18 @@ class MainScreen(Screen):
 
         def chosen(choice: str | None) -> None:
             if choice is None or session.id not in self.sessions:
-                return
-            session.settings.chat_template = choice
-            self.db.save_settings(session.id, session.settings)
-            how = "raw mode" if choice == RAW else f"the {choice} chat template"
-            self.notify(f"This session uses {how} (F3 changes it): Enter sends your message", timeout=6)
+                return      # cancelled, or the session was deleted meanwhile
+            self.chat.use_chat_template(session, choice)
             self.prompt.focus()
         self.app.push_screen(ChatTemplateChoice(suggested), chosen)
 
     def use_model(self, model: str) -> None:
         """From the Models screen: the current session uses this model (loaded now); it becomes the default."""
-        session = self.current
-        if session is not None and session.id not in self.replies:
-            session.settings.model = model
-            self.db.save_settings(session.id, session.settings)
-            self.refresh_session_item(session.id)
-        if not self.settings.default_model:
-            self.settings.default_model = model
-            try:
-                self.settings_store.save(self.settings)
-            except (ValueError, OSError) as exc:
-                self.notify(str(exc), severity="warning")
-        self.load_model(model)
+        self.chat.use_model(model)
 
     def attach_adapter(self, adapter: str | None) -> None:
-        session = self.current
-        if session is not None:
-            session.settings.adapter = adapter
-            self.db.save_settings(session.id, session.settings)
-            self.refresh_session_item(session.id)
-            self.notify(f"Adapter {adapter} attached to this session" if adapter else "Adapter detached")
+        """From the Models screen: the current session uses this adapter (None: detached)."""
+        self.chat.attach_adapter(adapter)
 
     def load_model(self, model: str) -> None:
         """Load in the background; the engine panel shows it loading, a notice when done or failed."""
