@@ -11,6 +11,8 @@ layout runs instead: a Q4_K weight then takes the file's bytes, not 2 bits a wei
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -22,6 +24,7 @@ BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22)
           "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
 DENSE = ("F32", "F16", "BF16")
 SUPPORTED = DENSE + tuple(BLOCKS)
+REPACK_CHUNK_BYTES = 16 << 20   # file bytes repacked at a time (see repack)
 
 
 class UnsupportedTensorType(ValueError):
@@ -162,7 +165,9 @@ def unsupported(type_name: str, tensor: str) -> UnsupportedTensorType:
 
 
 def repack(type_name: str, raw: np.ndarray, rows: int, cols: int, tensor: str = "?") -> QuantWeight:
-    """Raw GGUF blocks of a [rows, cols] tensor (any shape holding rows * blocks-per-row blocks) -> QuantWeight."""
+    """Raw GGUF blocks of a [rows, cols] tensor (any shape holding rows * blocks-per-row blocks) -> QuantWeight.
+    A large tensor is repacked a group of rows at a time into the whole weight's tensors: numpy's temporaries
+    (several bytes per weight) then never exist for all of a token table at once."""
     if type_name not in DECODERS:
         raise unsupported(type_name, tensor)
     elems, size = BLOCKS[type_name]
@@ -172,6 +177,22 @@ def repack(type_name: str, raw: np.ndarray, rows: int, cols: int, tensor: str = 
     if blocks.size != rows * cols // elems * size:
         raise ValueError(f"tensor {tensor}: {blocks.size} bytes, a [{rows}, {cols}] {type_name} tensor has "
                          f"{rows * cols // elems * size}")
+    row_bytes = cols // elems * size
+    step = max(1, REPACK_CHUNK_BYTES // row_bytes)
+    if rows <= step:
+        return _repack_rows(type_name, blocks, rows, cols)
+    whole = None
+    for start in range(0, rows, step):
+        count = min(step, rows - start)
+        part = _repack_rows(type_name, blocks[start * row_bytes:(start + count) * row_bytes], count, cols)
+        whole = whole if whole is not None else _rows_like(part, rows)
+        for dst, src in zip(_row_tensors(whole), _row_tensors(part)):
+            dst[start:start + count].copy_(src)
+    return whole
+
+
+def _repack_rows(type_name: str, blocks: np.ndarray, rows: int, cols: int) -> QuantWeight:
+    _, size = BLOCKS[type_name]
     kind, q, scales, mins, *file_form = DECODERS[type_name](blocks.reshape(-1, size))
     packed = None
     if file_form:   # K-quants: the factors as the file has them, for the tile layout
@@ -179,6 +200,20 @@ def repack(type_name: str, raw: np.ndarray, rows: int, cols: int, tensor: str = 
         packed = (_packed(sc, d, rows), None if mn is None else _packed(mn, neg_dmin, rows))
     return _weight(kind, type_name, np.asarray(q).reshape(rows, cols), np.asarray(scales).reshape(rows, -1),
                    None if mins is None else np.asarray(mins).reshape(rows, -1), packed)
+
+
+def _row_tensors(w: QuantWeight) -> list[torch.Tensor]:
+    """Every tensor of a row-layout weight whose first dimension is its rows."""
+    tensors = [w.values, w.scales, w.mins, w.high, *(w.packed_factors or ())]
+    return [t for t in tensors if t is not None]
+
+
+def _rows_like(part: QuantWeight, rows: int) -> QuantWeight:
+    """An uninitialized weight of `rows` rows shaped like `part` (filled by repack, group by group)."""
+    empty = (lambda t: None if t is None else torch.empty((rows, *t.shape[1:]), dtype=t.dtype))
+    packed = tuple(empty(t) for t in part.packed_factors) if part.packed_factors is not None else None
+    return replace(part, values=empty(part.values), scales=empty(part.scales), mins=empty(part.mins),
+                   high=empty(part.high), packed_factors=packed)
 
 
 def dense(type_name: str, raw: np.ndarray, rows: int, cols: int) -> torch.Tensor:

@@ -123,3 +123,24 @@ def test_k_quant_tiles_keep_the_file_factors(type_name):
     assert in_place.compact and torch.equal(K.quant_linear(x, in_place), K.quant_linear(x, compact))
     into = w.tile_into([torch.empty_like(t) for t in w.present_for_tiles()])
     assert all(torch.equal(a, b) for a, b in zip(into.present(), compact.present()))
+
+
+@pytest.mark.parametrize("type_name", ROUND_TRIP + list(K_QUANTS))
+def test_a_large_tensor_repacked_in_row_groups_is_the_same_weight(type_name, monkeypatch):
+    """Row groups (a few rows here, 16 MB of file in a real load) fill the same tensors as one repack."""
+    import llmchat.engine.quant.gguf_blocks as blocks
+    rows, cols = 23, 512
+    if type_name in K_QUANTS:
+        raw = random_k_blocks(type_name, rows, cols, seed=7)
+    else:
+        raw = quantize(np.random.default_rng(7).standard_normal((rows, cols)).astype(np.float32), T[type_name])
+    whole = repack(type_name, raw, rows, cols)
+    row_bytes = raw.size // rows
+    monkeypatch.setattr(blocks, "REPACK_CHUNK_BYTES", 5 * row_bytes)   # groups of 5 rows, the last of 3
+    grouped = repack(type_name, raw, rows, cols)
+    pairs = [(whole.values, grouped.values), (whole.scales, grouped.scales), (whole.mins, grouped.mins),
+             (whole.high, grouped.high)] + list(zip(whole.packed_factors or (), grouped.packed_factors or ()))
+    for a, b in pairs:
+        assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b))
+    assert (whole.kind, whole.source, whole.min_offset) == (grouped.kind, grouped.source, grouped.min_offset)
+    assert torch.equal(grouped.dequantize(), torch.from_numpy(dequantize(raw, T[type_name])))
