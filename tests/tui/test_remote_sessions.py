@@ -3,8 +3,11 @@
 killed mid-reply leave a clear message and the chat intact."""
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,61 @@ def lab(chat_model, long_model):
     specs = [ModelSpec("tiny", chat_model, []), ModelSpec("long", long_model, [])]
     with ThreadServer(specs, serve_settings()) as server:
         yield server
+
+
+class StreamHoldingProxy:
+    """A TCP proxy to `target` that passes everything except the tail of an event stream: after an SSE
+    response's first HOLD_AFTER bytes it holds what the server sends, and when the server goes away it drops the
+    client's connection without it. A reply killed "mid-reply" then is one on any machine, however fast the
+    server ran to the end of a tiny model's context while the app was still showing the first tokens."""
+    HOLD_AFTER = 4096
+
+    def __init__(self, target: str):
+        host, port = target.split("//", 1)[1].split("/", 1)[0].split(":")
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.sockets: list[socket.socket] = []
+
+    def __enter__(self):
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.listener.close()
+        for sock in self.sockets:
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return   # closed
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:   # the server is gone: so is this connection
+                client.close()
+                continue
+            self.sockets += [client, server]
+            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, holds: bool) -> None:
+        passed = None   # bytes of the event stream passed so far; None before one starts
+        try:
+            while chunk := source.recv(65536):
+                if holds and passed is None and b"text/event-stream" in chunk:
+                    passed = 0
+                if passed is not None:
+                    chunk = chunk[:max(0, self.HOLD_AFTER - passed)]
+                    passed += len(chunk)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        if holds:   # the server is gone: so is the client's connection (shutdown also wakes the other pipe)
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_RDWR)
 
 
 def with_endpoints(dirs, **endpoints) -> None:
@@ -131,9 +189,10 @@ async def test_endpoint_down_at_start_fails_only_its_session(dirs, chat_model, c
 
 
 async def test_server_killed_mid_reply_keeps_the_partial_reply(dirs, long_model):
-    with cli_server([str(long_model), "--kv-cache-gb", "0.05", "--attention", "torch"]) as (proc, url):
+    with cli_server([str(long_model), "--kv-cache-gb", "0.05", "--attention", "torch"]) as (proc, url), \
+            StreamHoldingProxy(url) as proxy:
         wait_healthy(proc, url)
-        with_endpoints(dirs, box=url)
+        with_endpoints(dirs, box=proxy.url)
         app = LlmChatApp(model=f"remote:box/{long_model.name}", show_welcome=False)
         async with app.run_test(size=SIZE) as pilot:
             set_session(app, max_tokens=3000)
@@ -141,7 +200,7 @@ async def test_server_killed_mid_reply_keeps_the_partial_reply(dirs, long_model)
             session = app.main_screen.current
             await wait_until(pilot, lambda: len(session.messages) == 2 and len(session.messages[-1].content) > 5,
                              what="streaming")
-            proc.send_signal(signal.SIGKILL)
+            proc.send_signal(signal.SIGKILL)   # the reply's end is still held in the proxy: it never arrives
             await wait_until(pilot, lambda: session.id not in app.main_screen.replies, what="reply ended")
             reply = session.messages[-1]
             assert reply.role == "assistant" and reply.finish_reason == "error" and len(reply.content) > 5
