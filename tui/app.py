@@ -10,6 +10,7 @@ from textual.binding import Binding
 
 from llmchat.engine.remote import merge_endpoints
 
+from .chat_controller import ChatController
 from .commands import ActionsProvider
 from .db import ChatDatabase
 from .engines import EngineManager
@@ -52,6 +53,12 @@ class LlmChatApp(App):
     def main_screen(self) -> MainScreen:
         """The chat screen, whichever screen is on top (dialogs and Models call back into it)."""
         return self.screen_stack[0]
+
+    @property
+    def chat(self) -> ChatController:
+        """The chat's sessions and what can be done to them: other screens (Models) talk to it, not to the chat
+        screen."""
+        return self.main_screen.chat
 
     def on_mount(self) -> None:
         if self.settings_store.problem:

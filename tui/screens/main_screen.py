@@ -286,12 +286,8 @@ class MainScreen(Screen):
         self.app.push_screen(ChatTemplateChoice(suggested), chosen)
 
     def use_model(self, model: str) -> None:
-        """From the Models screen: the current session uses this model (loaded now); it becomes the default."""
+        """The current session uses this model (loaded now); the Models screen asks the controller directly."""
         self.chat.use_model(model)
-
-    def attach_adapter(self, adapter: str | None) -> None:
-        """From the Models screen: the current session uses this adapter (None: detached)."""
-        self.chat.attach_adapter(adapter)
 
     def load_model(self, model: str) -> None:
         """Load in the background; the engine panel shows it loading, a notice when done or failed."""

@@ -134,11 +134,11 @@ class ModelsScreen(Screen):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         table_id, key = event.data_table.id, event.row_key.value
         if table_id == "library-table":
-            self.app.main_screen.use_model(key)
+            self.app.chat.use_model(key)
             self.notify(f"{key} is this session's model")
             self.app.pop_screen()
         elif table_id == "adapter-table":
-            self.app.main_screen.attach_adapter(key)
+            self.app.chat.attach_adapter(key)
         elif table_id == "search-results":
             hit = self.results.get(key)
             if hit is not None and getattr(hit, "quants", None):
@@ -235,13 +235,13 @@ class ModelsScreen(Screen):
             self.cancel_event.set()
             self.notify("Cancelling the download…")
         elif self.query_one(TabbedContent).active == "adapters":
-            self.app.main_screen.attach_adapter(None)
+            self.app.chat.attach_adapter(None)
 
     def adopt(self, model) -> None:
         """A session without a model uses the one just imported or downloaded (the first model, typically)."""
-        session = self.app.main_screen.current
+        session = self.app.chat.current
         if model.kind == "model" and model.supported and session is not None and not session.settings.model:
-            self.app.main_screen.use_model(model.name)
+            self.app.chat.use_model(model.name)
             self.notify(f"{model.name} is this session's model")
 
     def finish_transfer(self, message: str, severity: str) -> None:

@@ -46,6 +46,6 @@ class RemotePane(TabPane):
         if key.startswith("error:"):
             self.notify(f"Endpoint {key[6:]} is unreachable; check it is running", severity="warning")
             return
-        self.app.main_screen.use_model(key)
+        self.app.chat.use_model(key)
         self.notify(f"{key} is this session's model")
         self.app.pop_screen()
