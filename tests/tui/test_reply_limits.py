@@ -38,7 +38,9 @@ async def test_a_reply_runs_until_the_context_is_full_unless_the_user_sets_a_max
         assert reply.stats.num_prompt_tokens + reply.stats.num_generated_tokens == CONTEXT
         await wait_until(pilot, lambda: "context full" in last_stats_line(app), what="'context full' shown")
 
-        await press(pilot, "ctrl+n", until=lambda: len(app.main_screen.sessions) == 2, what="new session")
+        # shown, not just created: set_session changes the current session's settings
+        await press(pilot, "ctrl+n", until=lambda: len(app.main_screen.sessions) == 2
+                    and app.main_screen.current_id == max(app.main_screen.sessions), what="new session")
         set_session(app, model=str(short_context_model), max_tokens=5)
         await send(pilot, "hello")
         await wait_until(pilot, lambda: reply_done(app), what="a reply with max 5")
