@@ -61,7 +61,8 @@ class MainScreen(Screen):
         """startup_model: `llmchat --model` (opened in a session and loaded); show_welcome: the first-run
         dialog when no model is known at all."""
         super().__init__()
-        self.chat = ChatController(db, engines, settings, settings_store, ui=self)   # the chat's state; this screen shows it
+        # The chat's state and operations; this screen shows what it tells it (the ChatUI methods below).
+        self.chat = ChatController(db, engines, settings, settings_store, ui=self)
         self.data_path = data_path
         self.startup_model = startup_model
         self.show_welcome = show_welcome
