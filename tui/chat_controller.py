@@ -8,13 +8,13 @@ from pathlib import Path
 from .chat_prompt import RAW
 from .chat_state import ChatMessage, ChatSession, SessionSettings
 from .chat_ui import ChatUI
+from .code_blocks import code_blocks
 from .db import ChatDatabase
 from .engines import EngineManager
 from .export import export_session
 from .paths import exports_dir
 from .reply_streams import ReplyStreams
 from .settings import Settings, SettingsStore
-from .widgets.message_view import code_blocks
 
 
 class ChatController:

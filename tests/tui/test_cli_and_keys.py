@@ -12,7 +12,8 @@ from llmchat.tui.app_main import prepare_model
 from llmchat.tui.cli import main as cli_main
 from llmchat.tui.commands import ACTIONS
 from llmchat.tui.screens.main_screen import MainScreen
-from llmchat.tui.widgets.message_view import MessageView, code_blocks
+from llmchat.tui.code_blocks import code_blocks
+from llmchat.tui.widgets.message_view import MessageView
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "store"))
 from gguf_writer import write_llama_gguf  # noqa: E402

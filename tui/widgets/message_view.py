@@ -1,22 +1,14 @@
 """One chat message: role header, Markdown body (streamed while the reply grows) and the stats line."""
 from __future__ import annotations
 
-import re
-
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Collapsible, Label, Markdown, Static
 
 from ..chat_state import ChatMessage
+from ..code_blocks import code_blocks
 from ..reasoning import split_reasoning
-
-CODE_BLOCK = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
-
-
-def code_blocks(text: str) -> list[str]:
-    """Fenced code blocks of a message, an unterminated last block included (a cut-off reply)."""
-    return [block.rstrip("\n") for block in CODE_BLOCK.findall(text)]
 
 
 class MessageView(Vertical, can_focus=True):
