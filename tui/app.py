@@ -15,6 +15,7 @@ from .commands import ActionsProvider
 from .db import ChatDatabase
 from .engines import EngineManager
 from .paths import config_dir, data_dir
+from .screens.compare_report import CompareReportScreen, load_report
 from .screens.dialogs import TextPrompt
 from .screens.help_screen import HelpScreen
 from .screens.main_screen import MainScreen
@@ -83,7 +84,6 @@ class LlmChatApp(App):
         self.push_screen(HelpScreen(self.screen))
 
     def action_open_compare_report(self) -> None:
-        from .screens.compare_report import CompareReportScreen, load_report
 
         def opened(path: str | None) -> None:
             if path:

@@ -4,8 +4,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from llmchat.engine.remote import is_remote, merge_endpoints, parse_endpoint_arg, split_remote
 from llmchat.engine.store import ModelStore, resolve_model
 
+from .app import LlmChatApp
 from .paths import data_dir
 
 
@@ -13,7 +15,6 @@ def prepare_model(model: str) -> str:
     """Check `--model` before the screen opens (a wrong name is one line, not a screen) and return what the
     session names it by. A .gguf file is registered in place here, once (its weights stay in the file), and
     named by its library name; the app loads it once, when the session first uses it."""
-    from llmchat.engine.remote import is_remote, split_remote
     if is_remote(model):
         split_remote(model)   # ValueError when malformed; the endpoint is checked when the session uses it
         return model
@@ -26,11 +27,9 @@ def prepare_model(model: str) -> str:
 
 
 def run_app(model: str | None = None, endpoints: list[str] | tuple = ()) -> int:
-    from llmchat.engine.remote import merge_endpoints, parse_endpoint_arg
     # A bad --endpoint is refused before the screen opens; settings.toml's are merged (and checked) by the app.
     remote = merge_endpoints([], [parse_endpoint_arg(e) for e in endpoints])
     if model is not None:
         model = prepare_model(model)
-    from .app import LlmChatApp
     LlmChatApp(model=model, endpoints=remote).run()
     return 0

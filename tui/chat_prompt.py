@@ -2,6 +2,9 @@
 template switches), or, in raw mode, the conversation as one text the model continues."""
 from __future__ import annotations
 
+from llmchat.engine.chat import Continuation, TemplatedChat
+from llmchat.engine.chat_templates import template_text
+
 from .chat_state import ChatMessage, ChatSession
 
 RAW = "raw"      # the chat_template setting that sends plain text (base models without a template)
@@ -23,8 +26,6 @@ def raw_text(session: ChatSession, upto: int) -> str:
 
 def reply_prompt(session: ChatSession, reply: ChatMessage, continuing: bool, remote: bool = False):
     """The engine prompt for `reply` (continuing: the reply so far is kept and the model goes on)."""
-    from llmchat.engine.chat import Continuation, TemplatedChat
-    from llmchat.engine.chat_templates import template_text
     index = session.messages.index(reply)
     settings = session.settings
     if settings.chat_template == RAW:

@@ -11,6 +11,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
+from llmchat.engine.generation_defaults import read_generation_config, sampling_defaults
 from llmchat.engine.store import resolve_model
 
 from .loaded_model import LoadedModel
@@ -41,7 +42,6 @@ def weights_label(path: Path, engine_kwargs: dict) -> str:
 def read_generation_defaults(path: Path | None) -> dict:
     """{SamplingParams field: (value, where it comes from)}: what a request that leaves it unset gets (the
     engine's own rule, so the settings dialog shows what will be used)."""
-    from llmchat.engine.generation_defaults import read_generation_config, sampling_defaults
     gen = read_generation_config(path) if path is not None and path.is_dir() else {}
     return sampling_defaults(gen)
 

@@ -7,6 +7,7 @@ import uuid
 from contextlib import aclosing
 
 from llmchat.engine.remote import is_remote
+from llmchat.engine.sampling_params import SamplingParams
 
 from .chat_prompt import reply_prompt
 from .chat_state import ChatMessage, ChatSession, ReplyStats
@@ -19,7 +20,6 @@ EXPECTED_ERRORS = (ValueError, FileNotFoundError, RuntimeError, OSError)
 
 def sampling_params(session: ChatSession):
     """SamplingParams from the session; unset fields stay None so the engine fills the model's defaults."""
-    from llmchat.engine.sampling_params import SamplingParams
     s = session.settings
     params = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                             min_p=s.min_p, seed=s.seed)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import tomli_w
 
+from llmchat.engine.remote import endpoints_from_settings
+
 
 @dataclass
 class Settings:
@@ -45,7 +47,6 @@ class Settings:
 
 
     def remote_endpoints(self) -> list:
-        from llmchat.engine.remote import endpoints_from_settings
         return endpoints_from_settings(self.endpoints)
 
 

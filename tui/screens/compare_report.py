@@ -8,9 +8,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, ListItem, ListView, Markdown, Static
 
+from llmchat.engine.compare.schema import load_report as load
+
 
 def load_report(path: str | Path) -> dict:
-    from llmchat.engine.compare.schema import load_report as load   # validates the schema
     return load(Path(path).expanduser())
 
 

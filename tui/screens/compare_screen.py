@@ -11,7 +11,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, Markdown, SelectionList, Static, TextArea
 
+from llmchat.engine.sampling_params import SamplingParams
+
 from ..chat_state import ReplyStats
+from ..generation import stats_from
 from ..widgets.app_header import AppHeader
 
 FRAME_INTERVAL = 1 / 30
@@ -113,8 +116,6 @@ class CompareScreen(Screen):
                             exit_on_error=False)
 
     async def stream_column(self, column: CompareColumn, prompt: str, seed: int, max_tokens: int) -> None:
-        from llmchat.engine.sampling_params import SamplingParams
-        from ..generation import stats_from
         try:
             column.status = "loading model…"
             model = await self.app.engines.get(column.model)

@@ -29,7 +29,9 @@ from ..widgets.message_view import MessageView
 from ..widgets.prompt_input import PromptInput
 from ..widgets.sidebar import Sidebar
 from .chat_template_choice import ChatTemplateChoice, no_template_text
+from .compare_screen import CompareScreen
 from .dialogs import Confirm, TextPrompt
+from .models_screen import ModelsScreen
 from .session_settings import SessionSettingsScreen
 from .welcome import WelcomeScreen
 
@@ -306,11 +308,9 @@ class MainScreen(Screen):
         self.run_worker(load(), group="load-model", exit_on_error=False)
 
     def action_models(self, tab: str = "library") -> None:
-        from .models_screen import ModelsScreen
         self.app.push_screen(ModelsScreen(initial_tab=tab))
 
     def action_compare(self) -> None:
-        from .compare_screen import CompareScreen
         self.app.push_screen(CompareScreen(self.known_models(), self.library_names("adapter")))
 
     def action_welcome(self) -> None:

@@ -8,11 +8,15 @@ import threading
 
 from textual import work
 from textual.binding import Binding
-from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import (Button, Checkbox, DataTable, Footer, Input, Label, ProgressBar, Select, TabbedContent,
                              TabPane)
+
+from llmchat.engine.store import ModelStore
+from llmchat.engine.store.download import human_bytes
+from llmchat.engine.store.pull import pull_gguf
 
 from ..widgets.app_header import AppHeader
 from ..widgets.mount_safe_select import MountSafeSelect
@@ -24,7 +28,6 @@ from .remote_pane import RemotePane
 
 def human_size(num_bytes: int | None) -> str:
     """The same units as `llmchat models list` and the Hub (1 MB = 1000 KB)."""
-    from llmchat.engine.store.download import human_bytes
     return human_bytes(num_bytes or 0)
 
 
@@ -101,7 +104,6 @@ class ModelsScreen(Screen):
             pass     # closed already
 
     def store(self):
-        from llmchat.engine.store import ModelStore
         return ModelStore(data_dir=self.app.data_path)
 
     # library and adapters
@@ -220,7 +222,6 @@ class ModelsScreen(Screen):
         progress = self.progress_callback(f"Downloading {what}… (ctrl+x cancels)")
         try:
             if quant:   # one GGUF file, registered in the library by the store's import
-                from llmchat.engine.store.pull import pull_gguf
                 model = pull_gguf(self.store(), repo_id, quant, progress=progress, cancel=self.cancel_event)
             else:
                 model = self.store().pull(repo_id, progress=progress, cancel=self.cancel_event)

@@ -8,11 +8,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
+from llmchat.engine.store.pull import human_bytes
+
 USUAL_PICKS = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q8_0")  # highlighted first: the common default, then quality
 
 
 def quant_line(quant) -> str:
-    from llmchat.engine.store.pull import human_bytes
     size = "size ?" if quant.size is None else human_bytes(quant.size)
     note = quant.reason.split(" (")[0] if not quant.supported else \
         f"split into {len(quant.files)} files: not supported yet" if quant.split else ""

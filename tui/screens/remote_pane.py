@@ -5,6 +5,8 @@ from textual import work
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Label, TabPane
 
+from llmchat.engine.remote import RemoteError, list_models
+
 
 class RemotePane(TabPane):
     def __init__(self) -> None:
@@ -24,7 +26,6 @@ class RemotePane(TabPane):
         remote = self.app.engines.remote
         rows = []
         for endpoint in remote.endpoints:
-            from llmchat.engine.remote import RemoteError, list_models
             try:
                 ids = await list_models(endpoint)
                 rows += [(endpoint.model_name(i), i, endpoint.name, endpoint.base_url, "remote") for i in ids]

@@ -10,9 +10,9 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Label, Select, TextArea
 
-from llmchat.engine.remote import is_remote
-
 from llmchat.engine.chat_templates import KNOWN_TEMPLATES
+from llmchat.engine.remote import is_remote
+from llmchat.engine.sampling_params import SamplingParams
 
 from ..chat_prompt import MODELS_OWN, RAW
 from ..chat_state import SessionSettings
@@ -133,7 +133,6 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
                            system_prompt=self.query_one("#system_prompt", TextArea).text.strip(),
                            chat_template=self.chat_template_choice(), thinking=self.thinking_choice(), **values)
         check_adapter(settings.adapter, settings.model, self.adapters)
-        from llmchat.engine.sampling_params import SamplingParams   # same validation the engine applies
         SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
                        top_k=settings.top_k, min_p=settings.min_p, seed=settings.seed).validate()
         return settings
