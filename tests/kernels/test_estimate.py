@@ -1,4 +1,4 @@
-"""The ARM cycle estimator (kernels/estimate) end to end on one of our loops: clang compiles gemv_loops.cpp for
+"""The ARM cycle estimator (tools/estimate, a developer tool outside the package) end to end on one of our loops: clang compiles gemv_loops.cpp for
 Neoverse V1, the loop finder picks the bf16 GEMV's inner loop out of the assembly, llvm-mca times it, and the
 command prints a plausible cycles-per-weight figure. Needs clang and llvm-mca (.ci/run installs llvm-19); a
 missing tool fails, it does not skip."""
@@ -8,9 +8,15 @@ import re
 import subprocess
 import sys
 
-from llmchat.kernels.estimate import asm_loop
-from llmchat.kernels.estimate.cpus import by_key
-from llmchat.kernels.estimate.run import run_all
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))  # the tool is no package of the install: its folder, not the repo root
+
+from estimate import asm_loop  # noqa: E402
+from estimate.cpus import by_key  # noqa: E402
+from estimate.projection import MODELS, Machine, attention_loop, prefill_loop, project  # noqa: E402
+from estimate.run import run_all  # noqa: E402
 
 
 def test_bf16_gemv_loop_is_found_and_timed():
@@ -67,7 +73,6 @@ def test_matrix_instructions_count_their_multiply_accumulates():
 
 
 def test_bf16_prefill_runs_bfmmla_where_the_core_has_bf16():
-    from llmchat.kernels.estimate.projection import prefill_loop
 
     assert prefill_loop("bf16", "dense", frozenset({"bf16", "i8mm"})) == "bf16 packed panels, BFMMLA"
     assert prefill_loop("bf16", "dense", frozenset()) == "dense"  # Cortex-A76, M1: no bf16, no packing
@@ -75,15 +80,14 @@ def test_bf16_prefill_runs_bfmmla_where_the_core_has_bf16():
 
 
 def test_bf16_attention_runs_bfmmla_where_the_core_has_bf16():
-    from llmchat.kernels.estimate.projection import attention_loop
 
     assert attention_loop("attention QK, D=64", frozenset({"bf16", "i8mm"})) == "attention QK, D=64, BFMMLA"
     assert attention_loop("attention P.V, D=128", frozenset()) == "attention P.V, D=128"  # A76, M1: the vector loops
 
 
 def test_command_prints_cycles_per_weight():
-    out = subprocess.run([sys.executable, "-m", "llmchat.kernels.estimate", "--cpu", "neoverse-v1", "--only", "bf16 GEMV"],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "tools.estimate", "--cpu", "neoverse-v1", "--only", "bf16 GEMV"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     row = re.search(r"^\| bf16 GEMV \(decode and prefill\) \| ([\d.]+) \|", out.stdout, re.M)
     assert row and float(row.group(1)) > 0, out.stdout
@@ -117,7 +121,6 @@ f:
 
 
 def test_projection_is_a_roofline_of_bytes_and_cycles():
-    from llmchat.kernels.estimate.projection import MODELS, Machine, project
 
     smol = MODELS[0]
     assert smol.weights == 134_479_872  # SmolLM2-135M's projections + tied embedding as the output head

@@ -25,7 +25,7 @@
 
 namespace llmchat::attn::mmla_attn {
 
-// Register blocks, by llvm-mca cycles per MAC (kernels/estimate, clang / gcc; Neoverse V1, N2, the M2 model). Each
+// Register blocks, by llvm-mca cycles per MAC (tools/estimate, clang / gcc; Neoverse V1, N2, the M2 model). Each
 // accumulator's chain is two dependent BFMMLAs a trip, so the loops are latency-bound until 16 chains are in flight:
 //   QK 4 row pairs x 4 key pairs (16 accumulators + 8 key operands + 2 query operands): V1 0.020 / 0.027, N2 0.039 /
 //   0.045; 2 x 4 0.039 / 0.055 on V1. Fewer row pairs (decode's groups): 3 x 4, 2 x 4, and 1 x 8 (half the cycles/MAC of 1 x 4).

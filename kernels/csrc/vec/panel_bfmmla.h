@@ -22,7 +22,7 @@
 namespace llmchat::panel::mmla {
 
 // 4-row groups x token pairs a block computes: 8 rows x 10 tokens, 20 accumulators + 5 token pairs + one group's
-// 2 operands of 32 q registers. llvm-mca (kernels/estimate, clang and gcc): 0.019 cycles/MAC on Neoverse V1, 0.038
+// 2 operands of 32 q registers. llvm-mca (tools/estimate, clang and gcc): 0.019 cycles/MAC on Neoverse V1, 0.038
 // on N2, 0.025 on the M2 model; 4 x 20 is 9% faster on V1/N2 (but reads a quarter of each panel line a pass, and
 // 9% slower on the M2), 16 x 4 25% slower, 16 x 6 spills with clang.
 inline constexpr int kGroups = 2, kPairs = 5;

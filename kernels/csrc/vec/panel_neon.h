@@ -19,7 +19,7 @@ inline constexpr const char* kIsa = "neon+bf16+bfmmla";
 inline constexpr bool kNative = true;
 // 32 q registers: 2 panels x 2 tokens x 4 accumulators + 8 weights + 1 broadcast. Two panels give a lone
 // decode token eight independent BFDOT chains (one panel's four leave it latency-bound); llvm-mca put 2x2 at
-// or near the best cycles per MAC of the shapes that fit on Neoverse V1/N2 and Apple M2 (kernels/estimate).
+// or near the best cycles per MAC of the shapes that fit on Neoverse V1/N2 and Apple M2 (tools/estimate).
 inline constexpr int kPanels = 2, kTokens = 2;
 
 struct PanelAcc { float32x4_t q[4]; };

@@ -2,8 +2,8 @@
 // engine packs: packed_linear.cpp is included whole so its internal templates can be named. One block of the
 // panel instance's kPanels panels (16 rows each) x 1 token (decode) or x kTokens (the BFDOT token block), and
 // the BFMMLA block (vec/panel_bfmmla.h: kGroups 4-row groups x kPairs token pairs) that steps of two or more
-// tokens run. Compiled to assembly only (never linked); kernels/estimate/asm_loop.py finds the hot loop in each.
-#include "../../csrc/core/packed_linear.cpp"
+// tokens run. Compiled to assembly only (never linked); tools/estimate/asm_loop.py finds the hot loop in each.
+#include "core/packed_linear.cpp"
 
 using llmchat::LinearArgs;
 namespace panel = llmchat::panel;

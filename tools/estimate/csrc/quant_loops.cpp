@@ -3,7 +3,7 @@
 // they stream by; prefill: 4 rows x 4 tokens over a group unpacked into int8 scratch. On cores with i8mm both
 // are the engine's SMMLA tiles (2 rows x 2 tokens an instruction; decode pads its token to a pair). Q4_0 and Q8_0 as the
 // engine stores them (fp16 factors, Q4_0's min as -8 x scale). Compiled to assembly only, never linked.
-#include "../../csrc/core/quant_linear.cpp"
+#include "core/quant_linear.cpp"
 
 namespace {
 using namespace llmchat;

@@ -3,7 +3,7 @@
 // Decode: 16 rows x 1 token on SDOT block sums (every core). Prefill: with i8mm the SMMLA tile of 8 rows x
 // 4 tokens, else 16 rows x 4 tokens on SDOT. fp16 factors, Q4_0's min as the int32 offset, as the engine
 // stores them. Compiled to assembly only, never linked.
-#include "../../csrc/core/quant_tiles_neon.cpp"
+#include "core/quant_tiles_neon.cpp"
 
 namespace {
 using namespace llmchat;

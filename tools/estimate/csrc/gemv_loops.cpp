@@ -1,7 +1,7 @@
 // The decode GEMV's inner loops (core/gemv.cpp), instantiated as the engine runs them, for the estimator:
 // gemv.cpp is included whole so its internal templates can be named; each est_* function is one tile shape.
-// Compiled to assembly only (never linked); kernels/estimate/asm_loop.py finds the hot loop in each function.
-#include "../../csrc/core/gemv.cpp"
+// Compiled to assembly only (never linked); tools/estimate/asm_loop.py finds the hot loop in each function.
+#include "core/gemv.cpp"
 
 using llmchat::LinearArgs;
 using llmchat::bf16_t;

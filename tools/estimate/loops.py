@@ -1,4 +1,4 @@
-"""The loops estimated: ours from kernels/estimate/csrc, llama.cpp's from the tree the user points to.
+"""The loops estimated: ours from tools/estimate/csrc, llama.cpp's from the tree the user points to.
 
 Each row of a table pairs our loop with llama.cpp's equivalents. Work is counted in multiply-accumulates
 (MACs): for a GEMV one MAC is one weight, for a GEMM one weight times one token, for attention one element
@@ -11,7 +11,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OUR_SOURCES = HERE / "csrc"
-OUR_INCLUDES: list[Path] = [HERE.parent / "csrc"]
+OUR_INCLUDES: list[Path] = [HERE.parents[1] / "kernels" / "csrc"]  # the kernels' sources, from the checkout
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`python -m llmchat.kernels.estimate [--llama-cpp DIR] [--cpu KEY ...]`: cycle tables and projections."""
+"""`python -m tools.estimate [--llama-cpp DIR] [--cpu KEY ...]`: cycle tables and projections."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,7 @@ from .run import run_all
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llmchat.kernels.estimate", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tools.estimate", description=__doc__)
     p.add_argument("--llama-cpp", type=Path, help="a llama.cpp checkout or llama-cpp-python sdist: its loops too")
     p.add_argument("--cpu", action="append", help="estimate only this core (repeatable): " + ", ".join(c.key for c in by_key(None)))
     p.add_argument("--compiler", choices=("clang", "gcc"), default="clang",

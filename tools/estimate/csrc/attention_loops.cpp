@@ -4,8 +4,8 @@
 // Where the core has bf16 the engine runs every bf16 row on BFMMLA tiles instead (core/attention_bfmmla.h): its
 // QK block (row pairs x key pairs, one 8-d step a trip) and P.V block (row pairs x column pairs, 8 keys a trip).
 // Compiled to assembly only, never linked.
-#include "../../csrc/core/attention_bfmmla.h"
-#include "../../csrc/core/attention_micro.h"
+#include "core/attention_bfmmla.h"
+#include "core/attention_micro.h"
 
 using namespace llmchat;
 using namespace llmchat::attn;

@@ -1,4 +1,0 @@
-"""ARM speed on paper: llvm-mca cycle estimates of the kernels' hot inner loops (and llama.cpp's, from a tree
-the user points to) on Neoverse V1/N2, Cortex-A76 and Apple M1/M2, and tokens/s projected from them.
-Run `python -m llmchat.kernels.estimate --help` from a source checkout (an editable install: it compiles the
-sources in kernels/csrc); the method and its limits are in docs/performance.md."""
