@@ -12,6 +12,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -42,9 +44,11 @@ def test_import_kernels_in_a_checkout_gets_the_installed_package(tmp_path):
     assert available == "True"  # our ops load beside it
 
 
-def python_without_the_package(tmp_path: Path) -> str:
+@pytest.fixture(scope="module")
+def python_without_the_package(tmp_path_factory) -> str:
     """A venv holding every package of this environment (links) except PyPI's kernels: the environment of a
     transformers 5.25+ user without it (a --no-deps install, or one that removed it)."""
+    tmp_path = tmp_path_factory.mktemp("no-kernels-env")
     venv = tmp_path / "no-kernels"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     python = str(venv / ("Scripts" if os.name == "nt" else "bin") / "python")
@@ -61,13 +65,13 @@ def python_without_the_package(tmp_path: Path) -> str:
     return python
 
 
-def test_import_kernels_in_a_checkout_without_the_package_is_an_empty_namespace(tmp_path):
+def test_import_kernels_in_a_checkout_without_the_package_is_an_empty_namespace(python_without_the_package):
     code = ("import kernels, llmchat.kernels\n"
             "print(getattr(kernels, '__file__', None), getattr(kernels, '__version__', 'N/A'), kernels.__path__)\n"
             "try:\n    from kernels import get_kernel\nexcept ImportError:\n    print('no get_kernel')\n"
             "try:\n    import kernels.layer\nexcept ModuleNotFoundError as e:\n    print('missing', e.name)\n"
             "print(llmchat.kernels.available())\n")
-    proc = run_in_checkout(code, python=python_without_the_package(tmp_path))
+    proc = run_in_checkout(code, python=python_without_the_package)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:4] == ["None N/A []", "no get_kernel", "missing kernels.layer", "True"]
 
@@ -75,11 +79,11 @@ def test_import_kernels_in_a_checkout_without_the_package_is_an_empty_namespace(
 CHECK = "from transformers.utils import is_kernels_available; print(is_kernels_available())"
 
 
-def test_transformers_kernels_check_in_a_checkout_without_the_package(tmp_path):
+def test_transformers_kernels_check_in_a_checkout_without_the_package(python_without_the_package):
     """transformers 5.25+ finds the folder with find_spec, then imports it when no distribution has its name: that
     import must not raise (it did: ModuleNotFoundError from kernels/__init__.py, which ended any program importing
     transformers from the checkout's directory)."""
-    proc = run_in_checkout(CHECK, python=python_without_the_package(tmp_path))
+    proc = run_in_checkout(CHECK, python=python_without_the_package)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False"]
 
