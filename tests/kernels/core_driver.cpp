@@ -67,16 +67,18 @@ void check_attention(int hq, int hkv, int D, int bs, std::vector<std::pair<int, 
 // zero_columns: the first 16 value columns are zeros of both signs, so those outputs are sums of signed zeros
 // (a tile's padding keys and a masked key must add the same). every_decode: a decode step at every position, not a
 // few: with bf16 outputs (and P rounded to bf16) a last-bit difference in a score or sum shows in few outputs.
-// The 7-token chunks: one at every multiple of 7, except for fp32 rows without a window. An fp32 row that differs
-// shows it in its outputs, so what counts there is which rows are compared, not how many, and a call's cost grows
-// with its position: the chunks starting at 0..127 and around the segment edge. A row's bits can depend on its
-// position p within the chunks of chunk_keys() (64 for bs 8 and 16; the 16-key QK and 8-key P.V blocks divide
-// it), on its row i = p - first in the call's tile and on the call's key end first + 7 (mask and padding of the
-// last chunk). Starts 64..127 give every pair (p mod 64, i), the 448 the multiples of 7 give over 0..447, and
-// every last-chunk length 1..64, each after a whole unmasked chunk; starts 0..63 the same pairs in a row's first
-// keys. Starts seg - 7..seg put the segment edge (the fold, attention_tile.h) at every row of the call: 511
-// seeing nothing of the second segment, 512 only its first key; L - 7 is the end. bf16 and fp16 rows keep every
-// chunk: there a difference shows in few outputs, so the number of rows compared is what finds it.
+// The 7-token chunks: one at every multiple of 7 with a window; without one, the chunks starting at 0..127 and
+// around the segment edge, as a call's cost grows with its position. A row's bits can depend on its position p
+// within the chunks of chunk_keys() (64 for bs 8 and 16, on every path: the vector micro-kernels, the AMX tiles'
+// 16 keys and the BFMMLA 16-key QK and 8-key P.V blocks divide it), on its row i = p - first in the call's tile
+// and on the call's key end first + 7 (mask and padding of the last chunk). Starts 64..127 give every pair
+// (p mod 64, i), the 448 the multiples of 7 give over 0..447, and every last-chunk length 1..64, each after a whole
+// unmasked chunk; starts 0..63 the same pairs and lengths in a row's first keys. Starts seg - 7..seg put the
+// segment edge (the fold, attention_tile.h) at every row of the call: 511 seeing nothing of the second segment,
+// 512 only its first key; L - 7 is the end. An fp32 row that differs shows it in its outputs. bf16 and fp16 round
+// their outputs (and P), so a difference shows in few of them and what finds it is how many rows each class has:
+// here every pair (p mod 64, i) and every key end mod 64 twice (959 rows compared), where the multiples of 7 over
+// 0..599 compared each once or twice (600 rows), for about half their cost (the keys the calls read).
 template <typename T>
 void check_attention_rows(int hq, int hkv, int D, int bs, int L, int window, int bpg, bool zero_columns = false,
                           bool every_decode = false) {
@@ -117,7 +119,7 @@ void check_attention_rows(int hq, int hkv, int D, int bs, int L, int window, int
     same = same && std::memcmp(got.data(), full.data() + p * row, row * sizeof(T)) == 0;
   }
   std::vector<int> firsts;
-  if (window > 0 || sizeof(T) != 4) {
+  if (window > 0) {
     for (int first = 0; first < L; first += 7) firsts.push_back(first);
   } else {
     const int chunk = std::max(bs, 64 / bs * bs), seg = 8 * chunk;  // chunk_keys, segment_keys (attention_tile.h)
