@@ -1,10 +1,11 @@
 """Builds and runs of the standalone C++ drivers (tests/kernels/*_driver.cpp) for the *_builds.py modules.
 
-Each (compiler, flags, source) is compiled to an object once per session and every driver that has that source
-links the same object: the drivers share most core sources (kernels/csrc/core) and their variants share flags, so
-a session compiled each core source for each variant several times over before. Linking separately compiled
-objects is what a one-line `g++ flags sources -o exe` does too. Two jobs run at a time (the machine is shared);
-the emulated (qemu) runs, the longest, start first. A missing toolchain is a failure, never a skip.
+Each (compiler, flags, source) is compiled to an object once per session (a flag that defines a macro the source
+never reads does not count: object_key) and every driver that has that source links the same object: the drivers
+share most core sources (kernels/csrc/core) and their variants share flags, so a session compiled each core source
+for each variant several times over before. Linking separately compiled objects is what a one-line
+`g++ flags sources -o exe` does too. Two jobs run at a time (the machine is shared); the emulated (qemu) runs, the
+longest, start first. A missing toolchain is a failure, never a skip.
 """
 from __future__ import annotations
 
@@ -44,10 +45,20 @@ def host_runs(name: str) -> bool:
     return NATIVE_X86[name] == "" or NATIVE_X86[name] in flags.split()
 
 
+def object_key(compiler: str, flags: list[str], source: str) -> tuple:
+    """What the object of `source` depends on: the compiler, its flags but the macro definitions (-D), and the source
+    as preprocessed with every flag. Variants whose -D the source never reads (LLMCHAT_EMULATE_AMX in quant_linear.cpp,
+    norm.cpp, the drivers but lora_driver.cpp) compile the same text with the same options, so they share one object;
+    a -D that changes the text makes another. Preprocessing costs a tenth of a second, a compile up to a minute."""
+    pre = subprocess.run([compiler, *COMMON, *flags, "-E", source], capture_output=True)
+    text = pre.stdout if pre.returncode == 0 else repr(flags).encode()  # the compile then fails and says why
+    return compiler, tuple(f for f in flags if not f.startswith("-D")), source, hashlib.sha256(text).hexdigest()
+
+
 def compile_object(obj_dir: Path, compiler: str, flags: list[str], source: str) -> tuple[Path, subprocess.CompletedProcess | None]:
     """The object of `source` built with compiler and COMMON + flags, compiled by the first caller of the session
-    (others wait for it); the second item is the failed compile, if it failed."""
-    key = (str(obj_dir), compiler, tuple(flags), source)
+    with the same object_key (others wait for it); the second item is the failed compile, if it failed."""
+    key = (str(obj_dir), *object_key(compiler, flags, source))
     with _lock:
         future, mine = _objects.get(key), False
         if future is None:
