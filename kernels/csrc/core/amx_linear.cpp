@@ -10,13 +10,9 @@
 #include <mutex>
 #include <vector>
 
-#include "../vec/vec.h"  // the intrinsics headers, before the pragma
+#include "../vec/vec.h"  // the intrinsics headers, before exact_float.h
 
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "exact_float.h"
 
 #include "../vec/amx_tiles.h"
 #include "amx_linear.h"

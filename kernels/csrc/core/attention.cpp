@@ -4,15 +4,11 @@
 #include <atomic>
 #include <utility>
 
-#include "../vec/vec.h"  // the intrinsics headers, before the pragma (their inline functions keep their options)
+#include "../vec/vec.h"  // the intrinsics headers, before exact_float.h (their inline functions keep their options)
 
-// No compiler-chosen fused multiply-adds (as in quant_linear.cpp): each output's float operations are the ones
+// No compiler-chosen fused multiply-adds (exact_float.h): each output's float operations are the ones
 // written, in every template instance, so a row's result does not depend on which tile shape computed it.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "exact_float.h"
 
 #include "amx_linear.h"
 #include "attention_tile.h"

@@ -5,16 +5,15 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../vec/vec.h"  // the intrinsics headers, before the pragma (their inline functions keep their options)
+#include "../vec/vec.h"  // the intrinsics headers, before exact_float.h (their inline functions keep their options)
 
-// No compiler-chosen fused multiply-adds (as in quant_linear.cpp): each output's float operations are the ones
-// written, in every template instance, so a row's result does not depend on which tile shape computed it.
+// No compiler-chosen fused multiply-adds (exact_float.h): each output's float operations are the ones written, in
+// every template instance, so a row's result does not depend on which tile shape computed it.
+#include "exact_float.h"
 // gcc: no scheduling before register allocation either, which hoists every row's loads ahead of the FMAs and
 // spills accumulators of the bf16 block on NEON.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off", "no-schedule-insns")
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-schedule-insns")
 #endif
 
 #include "dispatch.h"

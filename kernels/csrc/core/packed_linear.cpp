@@ -8,14 +8,10 @@
 #include <cstring>
 #include <type_traits>
 
-#include "../vec/vec.h"  // the intrinsics headers, before the pragma (their inline functions keep their options)
+#include "../vec/vec.h"  // the intrinsics headers, before exact_float.h (their inline functions keep their options)
 
-// No compiler-chosen fused multiply-adds (as in gemv.cpp): the scalar panel's operations are the ones written.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+// No compiler-chosen fused multiply-adds (exact_float.h): the scalar panel's operations are the ones written.
+#include "exact_float.h"
 
 #include "../vec/panel.h"
 #include "amx_linear.h"

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../vec/vec.h"  // the intrinsics headers, before the pragma (their inline functions keep their options)
+#include "../vec/vec.h"  // the intrinsics headers, before exact_float.h (their inline functions keep their options)
 #include "dispatch.h"
 #include "quant_linear.h"
 #include "quant_tiles.h"
@@ -19,11 +19,7 @@
 // No compiler-chosen fused multiply-adds, here and in the block-dot header below: row dequantization must
 // round twice, as numpy does, and every output's float operations must be the ones written, whatever a
 // template instance inlines (a contracted scalar tail in one tile shape and not another changes bits).
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "exact_float.h"
 
 #include "../vec/qdot.h"
 

@@ -22,11 +22,7 @@
 #endif
 
 // Only the fused multiply-adds written below: an output's float operations must be the same in every path.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "exact_float.h"
 
 namespace llmchat {
 
