@@ -133,14 +133,8 @@ inline void pack_values(Scratch& s, const KeyRun<bf16_t>* runs, int num_runs, in
     const bf16_t* const* v = s.rows.data() + 4 * g;
     uint16_t* dst = reinterpret_cast<uint16_t*>(s.values.data()) + size_t(g) * 4 * D;
     for (int c = 0; c < D; c += 8) {  // 4 keys x 8 d: four column pairs
-      const uint16x8_t x0 = load8(v[0] + c), x1 = load8(v[1] + c), x2 = load8(v[2] + c), x3 = load8(v[3] + c);
-      const uint32x4_t a = vreinterpretq_u32_u16(vzip1q_u16(x0, x1)), b = vreinterpretq_u32_u16(vzip1q_u16(x2, x3));
-      const uint32x4_t e = vreinterpretq_u32_u16(vzip2q_u16(x0, x1)), f = vreinterpretq_u32_u16(vzip2q_u16(x2, x3));
-      uint16_t* d = dst + 4 * c;  // column pair c / 2 on
-      vst1q_u16(d, vreinterpretq_u16_u32(vzip1q_u32(a, b)));
-      vst1q_u16(d + 8, vreinterpretq_u16_u32(vzip2q_u32(a, b)));
-      vst1q_u16(d + 16, vreinterpretq_u16_u32(vzip1q_u32(e, f)));
-      vst1q_u16(d + 24, vreinterpretq_u16_u32(vzip2q_u32(e, f)));
+      bfmmla::store_column_pairs(load8(v[0] + c), load8(v[1] + c), load8(v[2] + c), load8(v[3] + c),
+                                 dst + 4 * c);  // column pair c / 2 on
     }
   }
 }

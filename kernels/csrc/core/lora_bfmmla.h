@@ -16,7 +16,7 @@
 //   chains would need more rank rows per call (kRows 16: half the fine plan's shrink tasks) or a k split
 //   (2 chains per output in every block, 32 accumulators at 4 x 4).
 // expand: a = a token pair x 4 ranks of bf16(h) (BFCVTN: round to nearest even), b = a column pair x 4 ranks of
-//   B, packed per call (4x8 transposes, pack_values in attention_bfmmla.h): quad g, column pair e =
+//   B, packed per call (4x8 transposes: bfmmla::store_column_pairs, vec/bfmmla_zip.h): quad g, column pair e =
 //   [B(4g..4g+3)[2e], B(4g..4g+3)[2e + 1]], ranks past r1 - r0 zero (so are their h: the scratch past r1 may hold
 //   anything, it is never read). Each delta starts from +0, adds its rank quads in order, then out + delta in
 //   fp32, rounded once. Blocking: 2 token pairs x 8 column pairs, a lone pair 1 x 16; only columns < c1 stored.
@@ -248,13 +248,7 @@ inline void pack_panel(const bf16_t* B, int64_t nr, uint16_t* b) {
     for (int c = 0; c < kLoraPanel; c += 8) {  // 4 ranks x 8 columns: four column pairs
       const uint16x8_t x0 = v[0] ? load8(v[0] + c) : z, x1 = v[1] ? load8(v[1] + c) : z;
       const uint16x8_t x2 = v[2] ? load8(v[2] + c) : z, x3 = v[3] ? load8(v[3] + c) : z;
-      const uint32x4_t p = vreinterpretq_u32_u16(vzip1q_u16(x0, x1)), q = vreinterpretq_u32_u16(vzip1q_u16(x2, x3));
-      const uint32x4_t e = vreinterpretq_u32_u16(vzip2q_u16(x0, x1)), f = vreinterpretq_u32_u16(vzip2q_u16(x2, x3));
-      uint16_t* d = dst + 4 * c;  // column pair c / 2 on
-      vst1q_u16(d, vreinterpretq_u16_u32(vzip1q_u32(p, q)));
-      vst1q_u16(d + 8, vreinterpretq_u16_u32(vzip2q_u32(p, q)));
-      vst1q_u16(d + 16, vreinterpretq_u16_u32(vzip1q_u32(e, f)));
-      vst1q_u16(d + 24, vreinterpretq_u16_u32(vzip2q_u32(e, f)));
+      bfmmla::store_column_pairs(x0, x1, x2, x3, dst + 4 * c);  // column pair c / 2 on
     }
   }
 }
