@@ -60,7 +60,10 @@ class AsyncEngine:
         request_id = request_id if request_id is not None else f"req-{next(_request_ids)}"
         if adapter is not None:   # (re)load from disk in a worker thread: neither the UI nor other streams wait
             await asyncio.to_thread(self.engine.lora.ensure, adapter)
-        seq = self.engine.make_sequence(prompt, params, adapter, request_id)   # ValueError here
+        if params is not None and params.structured_outputs is not None:   # compiling a grammar takes a while
+            seq = await asyncio.to_thread(self.engine.make_sequence, prompt, params, adapter, request_id)
+        else:
+            seq = self.engine.make_sequence(prompt, params, adapter, request_id)   # ValueError here
         sink: asyncio.Queue = asyncio.Queue()
         self._send(("add", seq, (asyncio.get_running_loop(), sink)))
         finished = False

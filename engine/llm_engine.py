@@ -11,6 +11,7 @@ from .block_manager import BlockManager
 from .chat import load_tokenizer, prompt_to_token_ids
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
+from .grammar import GrammarCompiler, GrammarMasks, advance
 from .hybrid_blocks import HybridBlockManager, WindowBlockManager, window_pool_blocks
 from .kv_budget import plan_hybrid_kv_blocks, plan_kv_blocks
 from .logprobs import token_logprobs, wanted
@@ -53,6 +54,8 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.step_target_s)
         self.sampler = Sampler()
+        self.grammar = GrammarCompiler(self.tokenizer, self.vocab_size, self.eos_token_ids)
+        self.grammar_masks = GrammarMasks(self.grammar)
         self.metrics = EngineMetrics(num_blocks, self.kv_cache_gb)
         self.lora = LoraManager(self.runner, config.max_adapters, int(config.adapter_memory_gb * 2**30),
                                 config.lora_fused)
@@ -111,6 +114,8 @@ class LLMEngine:
                        metrics=RequestMetrics(arrival_time=time.monotonic()))
         if params.seed is not None:
             seq.generator = torch.Generator().manual_seed(params.seed)
+        if params.structured_outputs is not None:
+            seq.matcher = self.grammar.matcher(params.structured_outputs)
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, token_ids, params.stop)
         return seq
 
@@ -167,6 +172,7 @@ class LLMEngine:
         prompt_tokens = generated = 0
         if chunks:
             started = time.perf_counter()
+            masks = self.grammar_masks.start([c.seq for c in chunks if c.samples])   # filled during the pass
             logits = self.runner.execute(chunks)
             self.scheduler.observe_step(sum(c.num_new_tokens for c in chunks), time.perf_counter() - started)
             self.scheduler.update(chunks)
@@ -177,7 +183,7 @@ class LLMEngine:
                 seqs = [chunks[i].seq for i in rows]
                 # every row samples in a decode step: no copy of the [S, vocab] logits then
                 rows_logits = logits if len(rows) == len(chunks) else logits[rows]
-                tokens = self.sampler(rows_logits, seqs)
+                tokens = self.sampler(rows_logits if masks is None else masks.apply(rows_logits), seqs)
                 generated = len(tokens)
                 logprobs = token_logprobs(rows_logits, tokens, seqs) if wanted(seqs) else [None] * len(seqs)
                 deltas += [self._append(seq, tok, lp) for seq, tok, lp in zip(seqs, tokens, logprobs)]
@@ -193,7 +199,8 @@ class LLMEngine:
             seq.metrics.first_token_time = now
         text = seq.detokenizer.add_token(token)
         reason = None
-        if seq.detokenizer.stopped or token in seq.stop_token_ids:
+        grammar_done = advance(seq, token)
+        if seq.detokenizer.stopped or token in seq.stop_token_ids or grammar_done:
             reason = "stop"
         elif seq.num_tokens >= seq.max_total_tokens:
             reason = "length"

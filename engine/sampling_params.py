@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from .structured_outputs import StructuredOutputs
+
 
 @dataclass
 class SamplingParams:
@@ -21,6 +23,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)  # added to the model's EOS ids
     ignore_eos: bool = False
     logprobs: int | None = None        # None: off; k: each token's logprob and the k most likely (0..20)
+    structured_outputs: StructuredOutputs | None = None   # constrain the reply (a JSON schema, regex, grammar...)
 
     def validate(self) -> None:
         """Raise ValueError with a message a user can act on."""
@@ -42,6 +45,8 @@ class SamplingParams:
             self.stop = [self.stop]
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if self.structured_outputs is not None:
+            self.structured_outputs.validate()
 
     def with_defaults(self, defaults: dict) -> "SamplingParams":
         """Fill every None field from `defaults` (generation_defaults.default_values), else llmchat's chat defaults."""

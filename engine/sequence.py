@@ -57,6 +57,7 @@ class Sequence:
         self.metrics.num_prompt_tokens = self.num_prompt_tokens
         self.generator = None        # torch.Generator for seeded sampling (set by the engine)
         self.detokenizer = None      # IncrementalDetokenizer (set by the engine)
+        self.matcher = None          # llguidance matcher of a constrained reply (engine/grammar.py)
         self.text: str = ""          # output text shown so far
 
     def __len__(self) -> int:

@@ -1,0 +1,115 @@
+"""Constrained decoding with llguidance: one matcher per constrained request, and the batch's token masks.
+
+The masks of a step are computed on a worker thread while the model runs its forward pass (llguidance
+releases the GIL), then applied to the sampled rows' logits in one vectorized step. A row's mask depends on
+its own tokens only, so a constrained reply is the same whatever else shares the batch.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import llguidance
+import llguidance.hf
+import torch
+
+from .sequence import Sequence
+from .structured_outputs import StructuredOutputs
+
+_BIT = torch.arange(32, dtype=torch.int32)
+
+
+class GrammarCompiler:
+    """The tokenizer as llguidance reads it (built on first use: ~1 s on a large vocabulary), and matchers.
+    Any thread may call matcher(): the async front compiles off the engine thread."""
+
+    def __init__(self, tokenizer, vocab_size: int, eos_token_ids) -> None:
+        self._hf_tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self._eos = sorted(eos_token_ids)
+        self._tokenizer: llguidance.LLTokenizer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def tokenizer(self) -> llguidance.LLTokenizer:
+        with self._lock:
+            if self._tokenizer is None:
+                n_vocab = max(self.vocab_size, len(self._hf_tokenizer))
+                self._tokenizer = llguidance.hf.from_tokenizer(
+                    self._hf_tokenizer, n_vocab=n_vocab, eos_token=self._eos or None)
+            return self._tokenizer
+
+    def matcher(self, constraint: StructuredOutputs) -> llguidance.LLMatcher:
+        """A fresh matcher at the start of the reply; ValueError naming the parameter if the library refuses
+        the constraint (its own message quoted)."""
+        grammar = constraint.grammar_text()
+        tokenizer = self.tokenizer
+        failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+        if failed:
+            raise ValueError(f"{constraint.parameter}: {messages[0].strip()}")
+        matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise ValueError(f"{constraint.parameter}: {matcher.get_error().strip()}")
+        return matcher
+
+
+class MaskBatch:
+    """The token masks of one step's constrained rows, being filled on the worker thread."""
+
+    def __init__(self, rows: list[int], bitmask: torch.Tensor, done: Future) -> None:
+        self.rows = rows            # indices into the step's sampled sequences
+        self.bitmask = bitmask      # int32 [len(rows), ceil(vocab / 32)], one bit per token
+        self.done = done
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [S, V] of the sampled rows -> a copy with every token a row's grammar refuses at -inf."""
+        self.done.result()
+        vocab = logits.shape[1]
+        allowed = ((self.bitmask[:, :, None] >> _BIT) & 1).bool().reshape(len(self.rows), -1)[:, :vocab]
+        out = logits.clone()
+        out[self.rows] = logits[self.rows].masked_fill(~allowed, float("-inf"))
+        return out
+
+
+class GrammarMasks:
+    """Starts each step's mask computation and keeps the worker pool the masks are filled on."""
+
+    def __init__(self, compiler: GrammarCompiler) -> None:
+        self._compiler = compiler
+        self._executor: llguidance.LLExecutor | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start(self, seqs: list[Sequence]) -> MaskBatch | None:
+        """Begin the masks of the constrained rows among `seqs` (the step's sampled sequences, in order)."""
+        rows = [i for i, s in enumerate(seqs) if s.matcher is not None]
+        if not rows:
+            return None
+        if self._pool is None:
+            # a small share of the cores: the forward pass runs on the rest meanwhile
+            self._executor = llguidance.LLExecutor(num_threads=max(1, min(4, (os.cpu_count() or 2) // 2)))
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmchat-grammar")
+        width = -(-self._compiler.tokenizer.vocab_size // 32)
+        bitmask = torch.zeros(len(rows), width, dtype=torch.int32)
+        matchers = [(seqs[i].matcher, k) for k, i in enumerate(rows)]
+        done = self._pool.submit(self._executor.unsafe_compute_mask_ptr, matchers, bitmask.data_ptr(),
+                                 width * 4, len(rows))
+        return MaskBatch(rows, bitmask, done)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def advance(seq: Sequence, token: int) -> bool:
+    """Feed the sampled token to the sequence's matcher; True when the grammar is complete (only the end of
+    the reply may follow), so the reply ends there."""
+    matcher = seq.matcher
+    if matcher is None:
+        return False
+    if not matcher.consume_token(token):
+        # cannot happen for a masked draw; a refused token ends constrained generation rather than the engine
+        seq.matcher = None
+        return True
+    return matcher.is_stopped()
