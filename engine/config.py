@@ -86,7 +86,7 @@ class EngineConfig:
             raise ValueError(f"block_size must be a positive multiple of 8, got {self.block_size}")
         if self.kv_blocks_per_group is None:
             # decode attention reads a sequence's K/V per head: 64-token runs stream at 28-31 GB/s here,
-            # scattered 16-token pieces at 19-24 (python -m llmchat.kernels.bench --blocks-per-group 4|1)
+            # scattered 16-token pieces at 19-24 (python -m llmchat.engine.bench.kernels --blocks-per-group 4|1)
             self.kv_blocks_per_group = max(1, 64 // self.block_size)
         if self.kv_blocks_per_group <= 0:
             raise ValueError(f"kv_blocks_per_group must be positive, got {self.kv_blocks_per_group}")

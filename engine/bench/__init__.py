@@ -7,5 +7,7 @@
     determinism  the cost of EngineConfig.deterministic
     lora         sessions over adapters vs base sessions
     serve        the HTTP API's cost over the in-process engine
+    kernels      paged attention vs torch SDPA and the machine's read bandwidth, no model: run(contexts, ...)
+                 (`llmchat bench --kernels`, `python -m llmchat.engine.bench.kernels`)
 Shared pieces (seeded prompts, the baselines' environment) are in common.py.
 """

@@ -164,11 +164,11 @@ def run(model_path, dtype: str = "auto", sessions=(4, 8, 16), new_tokens: int = 
 
 def read_bandwidth(mib: int = 1024, passes: int = 3) -> dict:
     """Sequential read GB/s of this machine now: the best of `passes` sums over a `mib` MiB fp32 buffer (torch's
-    sum and the kernels' vector-load read_sum, the faster one: llmchat.kernels.bench.ReadProbe), torch's sum alone
+    sum and the kernels' vector-load read_sum, the faster one: engine/bench/kernels.py ReadProbe), torch's sum alone
     without the kernels."""
     from llmchat import kernels
     if kernels.available():
-        from llmchat.kernels.bench import ReadProbe
+        from .kernels import ReadProbe
         probe = ReadProbe(mib)
         gbps = probe(passes)
         del probe

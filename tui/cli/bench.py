@@ -33,7 +33,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--context", type=int, nargs="+", default=None, metavar="N",
                    help="decode tok/s after prompts of these lengths (e.g. 1024 8192: sliding-window models)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    p.add_argument("--kernels", action="store_true", help="run the kernel micro-benchmark (llmchat.kernels.bench)")
+    p.add_argument("--kernels", action="store_true", help="run the kernel micro-benchmark (engine/bench/kernels.py)")
     p.add_argument("--lora", action="store_true",
                    help="LoRA: N sessions over K random adapters vs N base sessions, in one run (engine/bench/lora.py)")
     p.add_argument("--lora-adapters", type=int, default=4, help="adapters for --lora")
@@ -47,7 +47,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.kernels:
-        from llmchat.kernels.bench import main as kernels_main
+        from llmchat.engine.bench.kernels import main as kernels_main
         status = kernels_main(["--json"] if args.json else [])
         if not args.model:
             return status

@@ -1,7 +1,7 @@
 """Kernel benchmark: paged decode attention as GB/s of KV read next to this machine's memory bandwidth
 (measured in the same run), the same work through torch SDPA on gathered K/V, and prefill GFLOP/s.
 
-    python -m llmchat.kernels.bench [--contexts 1024 4096 8192] [--block-size 16] [--blocks-per-group 4] [--json]
+    python -m llmchat.engine.bench.kernels [--contexts 1024 4096 8192] [--block-size 16] [--blocks-per-group 4] [--json]
     llmchat bench --kernels   (calls main)
 
 The KV pool has the engine's layout: blocks grouped [groups, Hkv, blocks_per_group, block_size, D], each
@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from .memory import advise_huge_pages, huge_page_zeros
+from llmchat.kernels.memory import advise_huge_pages, huge_page_zeros
 
 POOL_MB = 512  # KV pool well above the L3 size, rotated between runs
 # A row whose probe read this much more than the run's slowest one was measured in a bandwidth burst (a
@@ -272,7 +272,7 @@ def format_report(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llmchat.kernels.bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m llmchat.engine.bench.kernels", description=__doc__.splitlines()[0])
     p.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 8192, 16384])
     p.add_argument("--prefill", type=int, nargs="+", default=[512, 2048], help="prefill lengths")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
