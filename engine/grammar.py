@@ -6,12 +6,12 @@ its own tokens only, so a constrained reply is the same whatever else shares the
 """
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import llguidance
-import llguidance.hf
 import torch
 
 from .sequence import Sequence
@@ -35,9 +35,14 @@ class GrammarCompiler:
     def tokenizer(self) -> llguidance.LLTokenizer:
         with self._lock:
             if self._tokenizer is None:
-                n_vocab = max(self.vocab_size, len(self._hf_tokenizer))
-                self._tokenizer = llguidance.hf.from_tokenizer(
-                    self._hf_tokenizer, n_vocab=n_vocab, eos_token=self._eos or None)
+                # the Rust tokenizer itself (transformers' fast tokenizers and our snapshot both carry one),
+                # copied so that padding and truncation settings never reach llguidance
+                backend = copy.copy(self._hf_tokenizer.backend_tokenizer)
+                backend.no_padding()
+                backend.no_truncation()
+                n_vocab = max(self.vocab_size, backend.get_vocab_size(with_added_tokens=True))
+                self._tokenizer = llguidance.LLTokenizer(backend.to_str(), n_vocab=n_vocab,
+                                                         eos_token=self._eos or None)
             return self._tokenizer
 
     def matcher(self, constraint: StructuredOutputs) -> llguidance.LLMatcher:
