@@ -12,10 +12,10 @@ from typing import Any
 
 from llguidance import LLMatcher, grammar_from
 
-# Whitespace between JSON tokens: what a model writes when it pretty-prints (a newline and an indent), but
-# bounded, so a small model cannot pad a reply with whitespace until it runs out of tokens. A schema's own
-# "x-guidance" options override it.
-JSON_DEFAULTS = {"whitespace_pattern": r"[ \t\n]{0,20}"}
+# Whitespace between JSON tokens: none, one space, or what a model writes when it pretty-prints (one newline and
+# an indent), as llama.cpp's JSON grammars allow; never more, so a small model cannot pad a reply with blank
+# lines until it runs out of tokens. A schema's own "x-guidance" options override it.
+JSON_DEFAULTS = {"whitespace_pattern": r"( |\n[ \t]{0,20})?"}
 
 
 @dataclass
