@@ -39,3 +39,35 @@ def test_run_reports_bad_input_without_traceback(tiny_model_dir, tmp_path):
     assert "llmchat: error: temperature must be >= 0" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli(tmp_path / "nowhere", "hi")
     assert proc.returncode == 2 and "llmchat: error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_run_constrains_the_reply_to_a_json_schema_or_a_grammar(tiny_model_dir, tmp_path):
+    folder = tiny_model_dir("qwen2")
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "n": {"type": "integer",
+              "minimum": 0, "maximum": 9}}, "required": ["answer", "n"], "additionalProperties": False}
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    proc = run_cli(folder, "Answer in JSON.", "--json-schema", tmp_path / "schema.json", "--temperature", "0",
+                   "--attention", "torch")
+    assert proc.returncode == 0, proc.stderr
+    reply = json.loads(proc.stdout)
+    assert set(reply) == {"answer", "n"} and reply["answer"] in ("yes", "no") and 0 <= reply["n"] <= 9
+    proc = run_cli(folder, "Answer.", "--json-schema", '{"enum": ["red", "blue"]}', "--temperature", "0",
+                   "--attention", "torch")
+    assert json.loads(proc.stdout) in ("red", "blue")
+    (tmp_path / "colour.gbnf").write_text('root ::= "colour: " ("red" | "green") "!"')
+    proc = run_cli(folder, "Colour?", "--grammar", tmp_path / "colour.gbnf", "--attention", "torch")
+    assert proc.returncode == 0 and proc.stdout in ("colour: red!\n", "colour: green!\n"), proc.stderr
+
+
+def test_run_reports_a_bad_schema_or_grammar_in_one_line(tiny_model_dir, tmp_path):
+    folder = tiny_model_dir("qwen2")
+    (tmp_path / "broken.json").write_text("{oops")
+    (tmp_path / "bad.gbnf").write_text("root ::= undefined-rule")
+    for args, message in [(("--json-schema", tmp_path / "broken.json"), "--json-schema: not valid JSON"),
+                          (("--json-schema", tmp_path / "missing.json"), "cannot read"),
+                          (("--json-schema", '{"type": "nonsense"}'), "--json-schema: "),
+                          (("--grammar", tmp_path / "bad.gbnf"), "--grammar: "),
+                          (("--grammar", tmp_path / "x.gbnf", "--json-schema", "{}"), "not allowed with")]:
+        proc = run_cli(folder, "hi", *args, "--attention", "torch")
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from llmchat.engine.chat_templates import KNOWN_TEMPLATES, NoChatTemplateError, use_template
 from llmchat.engine.store import resolve_model
+from llmchat.engine.structured_outputs import StructuredOutputs
 
 
 def add_parser(subparsers) -> None:
@@ -29,6 +32,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--chat-template", metavar="NAME", choices=list(KNOWN_TEMPLATES),
                    help=f"for a model without one, a known template: {', '.join(KNOWN_TEMPLATES)}")
     p.add_argument("--adapter", help="LoRA adapter folder to apply")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--json-schema", metavar="FILE",
+                       help="constrain the reply to JSON valid against this JSON schema (a file, or the schema inline)")
+    shape.add_argument("--grammar", metavar="FILE",
+                       help="constrain the reply to a grammar: a GBNF (llama.cpp) or Lark file")
     p.add_argument("-v", "--verbose", action="store_true", help="print engine figures to stderr")
 
 
@@ -37,6 +45,27 @@ def one_request_sizing(kv_cache_gb: float | None) -> dict:
     engine's memory budget (a quarter of free RAM, at most 8 GiB); its memory is committed only as the reply
     fills it (kernels/memory.py), so no tokenizer pass is needed to size it. --kv-cache-gb sets it instead."""
     return {} if kv_cache_gb is not None else {"max_num_seqs": 1}
+
+
+def reply_constraint(args: argparse.Namespace) -> StructuredOutputs | None:
+    """--json-schema / --grammar as the engine's constraint; ValueError with the file's problem."""
+    if args.json_schema:
+        text = args.json_schema if args.json_schema.lstrip().startswith("{") else _read(args.json_schema)
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--json-schema: not valid JSON: {e}") from None
+        return StructuredOutputs(json=schema, parameter="--json-schema")
+    if args.grammar:
+        return StructuredOutputs(grammar=_read(args.grammar), parameter="--grammar")
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e.strerror if isinstance(e, OSError) else e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     from llmchat.engine import LLM, SamplingParams   # torch (~1 s): after the arguments are checked, not on --help
 
     folder = resolve_model(args.model)
+    constraint = reply_constraint(args)   # a bad file fails before the model loads
     if args.raw:
         prompt = args.prompt
     else:
@@ -68,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         adapter = "cli"
         llm.load_adapter(adapter, args.adapter)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                            top_k=args.top_k, seed=args.seed)
+                            top_k=args.top_k, seed=args.seed, structured_outputs=constraint)
     engine = llm.engine
     seq = engine.add_request(prompt, params, adapter=adapter)
     while not seq.is_finished:
