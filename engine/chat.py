@@ -20,7 +20,8 @@ def validate_messages(messages: list) -> None:
         if m["role"] not in ROLES:
             raise ValueError(f"message {i} has unknown role {m['role']!r} (expected one of {', '.join(ROLES)})")
         content = m["content"]
-        if not isinstance(content, str) or not content.strip():
+        # a tool's result may be empty, and so may an assistant turn (it only called tools, or said nothing)
+        if not isinstance(content, str) or not (content.strip() or m["role"] in ("assistant", "tool")):
             raise ValueError(f"message {i} ({m['role']}) has empty content")
 
 
@@ -49,8 +50,8 @@ def render_chat(tokenizer, prompt) -> str:
     validate_messages(messages)
     if template is None and getattr(tokenizer, "chat_template", None) is None:
         raise NoChatTemplateError(suggested_template(tokenizer))
-    rendered = tokenizer.apply_chat_template(messages, chat_template=template, add_generation_prompt=True,
-                                             tokenize=False, **kwargs)
+    kwargs.setdefault("add_generation_prompt", True)   # a TemplatedChat may turn it off (a raw continuation)
+    rendered = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False, **kwargs)
     if isinstance(prompt, Continuation):
         rendered += prompt.partial
     return rendered

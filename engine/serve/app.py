@@ -9,13 +9,19 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .errors import ApiError, error_response, install_error_handlers
+from .errors import ApiError, error_response, error_responses, install_error_handlers
 from .generation import ClientGone, EventStream, collect, first_delta, response_body, sse_events, unless_disconnected
+from .openapi import truthful_openapi
 from .prom import ServerMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest
+from .reading import reply_reader
 from .responses import Envelope
 from .security import AccessMiddleware
 from .state import ServerState
+
+GENERATION_ERRORS = error_responses(400, 401, 404, 413, 429, 500, 503)
+STREAM_OR_JSON = {200: {"description": "the completion (JSON), or with stream: true its server-sent events",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
 
 
 def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
@@ -37,7 +43,10 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
     metrics = ServerMetrics(state)
     app.state.server = state
 
-    @app.get("/health", summary="200 when the models are loaded, 503 while loading or if loading failed")
+    app.openapi = lambda: truthful_openapi(app)
+
+    @app.get("/health", summary="200 when the models are loaded, 503 while loading or if loading failed",
+             responses=error_responses(503))
     async def health():
         if state.ready:
             return {"status": "ok", "models": list(state.models)}
@@ -45,7 +54,8 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
             return error_response(503, f"the model failed to load: {state.load_error}", code="model_load_failed")
         return error_response(503, "the model is still loading", code="model_loading", headers={"Retry-After": "1"})
 
-    @app.get("/v1/models", summary="every model, and each LoRA adapter as its own model id")
+    @app.get("/v1/models", summary="every model, and each LoRA adapter as its own model id",
+             responses=error_responses(401, 503))
     async def list_models():
         state.require_ready()
         return {"object": "list", "data": [
@@ -53,7 +63,7 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
              "root": m.id if m.parent is None else m.adapter, "parent": m.parent,
              "max_model_len": m.engine.max_model_len} for m in state.models.values()]}
 
-    @app.get("/v1/models/{model_id:path}", summary="one model")
+    @app.get("/v1/models/{model_id:path}", summary="one model", responses=error_responses(401, 404, 503))
     async def get_model(model_id: str):
         state.require_ready()
         if model_id not in state.models:
@@ -61,25 +71,31 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
         m = state.models[model_id]
         return {"id": m.id, "object": "model", "created": m.created, "owned_by": "llmchat", "parent": m.parent}
 
-    @app.get("/metrics", summary="Prometheus metrics")
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response, responses={
+        200: {"description": "Prometheus' text format", "content": {"text/plain": {"schema": {"type": "string"}}}},
+        **error_responses(401)})
     async def prometheus():
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/chat/completions", summary="chat completion, streamed (SSE) or not")
+    @app.post("/v1/chat/completions", summary="chat completion, streamed (SSE) or not",
+              responses={**STREAM_OR_JSON, **GENERATION_ERRORS})
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         model = state.lookup(body.model)
-        messages, params = body.to_engine()
+        tokenizer = model.engine.tokenizer
+        plan = body.to_engine(getattr(tokenizer, "chat_template", None))
+        reader = reply_reader(tokenizer, plan)
         envelope = Envelope(f"chatcmpl-{uuid.uuid4().hex}", model.id, chat=True)
-        return await run_request(request, model, messages, params, envelope, body)
+        return await run_request(request, model, plan.prompt, plan.params, envelope, body, reader)
 
-    @app.post("/v1/completions", summary="text completion of a prompt (text or token ids), streamed or not")
+    @app.post("/v1/completions", summary="text completion of a prompt (text or token ids), streamed or not",
+              responses={**STREAM_OR_JSON, **GENERATION_ERRORS})
     async def completions(body: CompletionRequest, request: Request):
         model = state.lookup(body.model)
-        prompt, params = body.to_engine()
+        prompt, params = body.to_engine(model.engine.tokenizer)
         envelope = Envelope(f"cmpl-{uuid.uuid4().hex}", model.id, chat=False)
         return await run_request(request, model, prompt, params, envelope, body)
 
-    async def run_request(request: Request, model, prompt, params, envelope: Envelope, body):
+    async def run_request(request: Request, model, prompt, params, envelope: Envelope, body, reader=None):
         state.admit()
         engine = model.engine
         stream = engine.generate(prompt, params, adapter=model.adapter, request_id=envelope.id)
@@ -91,11 +107,11 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
             metrics.observe(model.id, getattr(result, "metrics", None), getattr(result, "finish_reason", None))
 
         try:
-            first = await unless_disconnected(request, first_delta(stream))
+            first = await unless_disconnected(request, first_delta(stream, params.structured_outputs))
             if body.stream:
                 tracker = _Tracker()
                 events = sse_events(envelope, tracker.watch(stream), tracker.watch_first(first), engine.tokenizer,
-                                    body.include_usage, want_logprobs=params.logprobs is not None)
+                                    body.include_usage, want_logprobs=params.logprobs is not None, reader=reader)
 
                 async def close_stream() -> None:
                     nonlocal result
@@ -110,7 +126,7 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
             await close()
             raise
         await close()
-        return JSONResponse(response_body(envelope, result, engine.tokenizer))
+        return JSONResponse(response_body(envelope, result, engine.tokenizer, reader))
 
     return app
 

@@ -10,6 +10,8 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from jinja2 import TemplateError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -17,6 +19,30 @@ log = logging.getLogger(__name__)
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
                503: "service_unavailable_error"}
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body."""
+    error: ErrorDetail
+
+
+STATUS_MEANINGS = {400: "the request is invalid (the message says what and `param` where)",
+                   401: "missing or wrong API key (when the server has one)",
+                   404: "no such model (or route)", 413: "the request body is too large",
+                   429: "too many pending requests: retry later", 500: "a fault inside the server",
+                   503: "the model is loading, or failed to load"}
+
+
+def error_responses(*statuses: int) -> dict:
+    """OpenAPI `responses` declaring each status with OpenAI's error body."""
+    return {status: {"model": ErrorResponse, "description": STATUS_MEANINGS[status]} for status in statuses}
 
 
 class ApiError(Exception):
@@ -68,6 +94,11 @@ def install_error_handlers(app: FastAPI) -> None:
         message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
         return error_response(exc.status_code, message.get(exc.status_code, str(exc.detail)),
                               headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(TemplateError)
+    async def _template(request: Request, exc: TemplateError):
+        # the model's chat template refused the messages (raise_exception: roles out of order, a missing field)
+        return error_response(400, f"the chat template refused the messages: {exc}", "messages", "invalid_value")
 
     @app.exception_handler(Exception)
     async def _fault(request: Request, exc: Exception):

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from starlette.responses import StreamingResponse
 
 from .errors import ApiError
-from .responses import SSE_DONE, Envelope, chat_logprobs, completion_logprobs, finish_reason, sse
+from .reply import ReplyReader
+from .responses import (SSE_DONE, Envelope, chat_logprobs, completion_logprobs, finish_reason, reply_deltas,
+                        reply_message, sse)
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -57,14 +59,19 @@ async def unless_disconnected(request, awaitable):
     raise ClientGone
 
 
-async def first_delta(stream):
-    """The stream's first delta; a ValueError (bad prompt, prompt too long) becomes a 400."""
+async def first_delta(stream, constraint=None):
+    """The stream's first delta; a ValueError (bad prompt, prompt too long, a constraint the grammar library
+    refuses: its message starts with the parameter's name) becomes a 400."""
     try:
         return await stream.__anext__()
     except ValueError as exc:
         message = str(exc)
         too_long = "context holds" in message or "KV cache holds" in message
-        raise ApiError(400, message, code="context_length_exceeded" if too_long else "invalid_value") from None
+        param = None
+        if constraint is not None and message.startswith(f"{constraint.parameter}:"):
+            param = constraint.parameter
+        raise ApiError(400, message, param=param,
+                       code="context_length_exceeded" if too_long else "invalid_value") from None
 
 
 async def collect(stream, first) -> Generated:
@@ -80,16 +87,23 @@ async def collect(stream, first) -> Generated:
         delta = await stream.__anext__()
 
 
-def response_body(envelope: Envelope, out: Generated, tokenizer) -> dict:
+def response_body(envelope: Envelope, out: Generated, tokenizer, reader: ReplyReader | None = None) -> dict:
     logprobs = None
     if out.logprobs:
         logprobs = (chat_logprobs(out.logprobs, tokenizer) if envelope.chat
                     else completion_logprobs(out.logprobs, tokenizer, 0))
-    return envelope.response(out.text, finish_reason(out.finish_reason), logprobs, out.metrics)
+    if reader is None:
+        return envelope.response(out.text, finish_reason(out.finish_reason), logprobs, out.metrics)
+    piece = reader.feed(out.text) + reader.finish()
+    reason = finish_reason(out.finish_reason, called_tools=bool(piece.calls))
+    message = reply_message(piece, with_reasoning=reader.reasoning is not None)
+    return envelope.response(piece.content, reason, logprobs, out.metrics, message=message)
 
 
-async def sse_events(envelope: Envelope, stream, first, tokenizer, include_usage: bool, want_logprobs: bool):
-    """The event stream of one request: role chunk (chat), content chunks, the final chunk, usage, [DONE]."""
+async def sse_events(envelope: Envelope, stream, first, tokenizer, include_usage: bool, want_logprobs: bool,
+                     reader: ReplyReader | None = None):
+    """The event stream of one request: role chunk (chat), content chunks (with a reader: reasoning, content
+    and tool-call deltas), the final chunk, usage, [DONE]."""
     if envelope.chat:
         yield envelope.chunk("", role=True, with_usage_field=include_usage)
     delta, offset = first, 0
@@ -99,22 +113,41 @@ async def sse_events(envelope: Envelope, stream, first, tokenizer, include_usage
             logprobs = (chat_logprobs(delta.logprobs, tokenizer) if envelope.chat
                         else completion_logprobs(delta.logprobs, tokenizer, offset))
         offset += len(delta.text)
+        if delta.finish_reason == "error":
+            yield sse({"error": {"message": "the engine failed while generating (see the server log)",
+                                 "type": "server_error", "param": None, "code": "engine_error"}})
+            break
+        text = delta.text
+        if reader is not None:   # the reply's pieces go out as they are read; the final chunk holds no text
+            for chunk in _read_chunks(envelope, reader, delta, logprobs, include_usage):
+                yield chunk
+            text, logprobs = "", None
         if delta.finished:
-            if delta.finish_reason == "error":
-                yield sse({"error": {"message": "the engine failed while generating (see the server log)",
-                                     "type": "server_error", "param": None, "code": "engine_error"}})
-                break
-            yield envelope.chunk(delta.text, finish_reason(delta.finish_reason), logprobs,
-                                 with_usage_field=include_usage, metrics=delta.metrics)
+            reason = finish_reason(delta.finish_reason, called_tools=bool(reader and reader.calls))
+            yield envelope.chunk(text, reason, logprobs, with_usage_field=include_usage, metrics=delta.metrics,
+                                 delta={} if reader is not None else None)
             if include_usage:
                 yield envelope.usage_chunk(delta.metrics)
             break
         if logprobs:
-            yield envelope.chunk(delta.text, None, logprobs, with_usage_field=include_usage)
-        elif delta.text:
-            yield envelope.text_chunk(delta.text, include_usage)
+            yield envelope.chunk(text, None, logprobs, with_usage_field=include_usage)
+        elif text:
+            yield envelope.text_chunk(text, include_usage)
         delta = await stream.__anext__()
     yield SSE_DONE
+
+
+def _read_chunks(envelope: Envelope, reader: ReplyReader, delta, logprobs, include_usage: bool):
+    """One engine delta through the reader: a chunk per reasoning, content or tool-call delta (the logprobs ride
+    on the first, or on an empty delta when the text is held back)."""
+    piece = reader.feed(delta.text)
+    if delta.finished:
+        piece = piece + reader.finish()
+    parts = reply_deltas(piece, first_call_index=len(reader.calls) - len(piece.calls))
+    if logprobs and not parts:
+        parts = [{}]
+    for i, part in enumerate(parts):
+        yield envelope.chunk("", None, logprobs if i == 0 else None, with_usage_field=include_usage, delta=part)
 
 
 class EventStream(StreamingResponse):

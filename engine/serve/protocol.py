@@ -1,45 +1,91 @@
 """Request bodies of the OpenAI API as pydantic models (they are the OpenAPI schema), and their mapping
 onto the engine's SamplingParams and prompts.
 
-Ranges are declared here, so every out-of-range value is a 400 before it reaches the engine. Fields
-OpenAI defines that the engine does not serve are either accepted and ignored (user, store, metadata)
-or refused with a 400 (n > 1, tools, echo...). Extensions from vLLM and llama-server: top_k, min_p,
-repetition_penalty, ignore_eos, and continue_final_message (go on with the last assistant message).
+The schema says what the server accepts: ranges and shapes are declared here, so a request the schema allows is
+served, and one it refuses is a 400 before it reaches the engine. Fields OpenAI defines that the engine does not
+serve are accepted and ignored (user, store, metadata) or declared with the only value served (n, best_of).
+Extensions from vLLM and llama-server: top_k, min_p, repetition_penalty, ignore_eos, continue_final_message,
+add_generation_prompt, structured_outputs, grammar and json_schema.
 """
 from __future__ import annotations
 
-from typing import Literal
+import json
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from ..chat import Continuation
+from ..chat import Continuation, TemplatedChat
 from ..sampling_params import SamplingParams
+from ..structured_outputs import StructuredOutputs
+from .body import Body
+from .constraints import ResponseFormat, StructuredOutputsSpec, requested_constraint
 from .errors import ApiError
+from .tools import Tool, ToolChoice, ToolPlan, plan_tools, written_out
 
 INT32_MAX = 2**31 - 1
 
 
-class _Body(BaseModel):
-    # unknown fields (newer OpenAI options, client metadata) are accepted and ignored, as OpenAI servers do
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+NonBlank = Annotated[str, Field(pattern=r"\S", description="text with at least one non-space character")]
 
 
-class StreamOptions(_Body):
+class StreamOptions(Body):
     include_usage: bool | None = False
 
 
-class ContentPart(_Body):
-    type: str
-    text: str | None = None
+class ContentPart(Body):
+    type: Literal["text"]
+    text: str
 
 
-class ChatMessage(_Body):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+class NonBlankPart(ContentPart):
+    text: NonBlank
+
+
+class CalledFunction(Body):
+    name: str
+    arguments: str | dict = Field("{}", description="the arguments object, as JSON text (OpenAI) or an object")
+
+
+class PastToolCall(Body):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class InstructionMessage(Body):
+    role: Literal["system", "developer"]
+    content: NonBlank | list[NonBlankPart] = Field(..., min_length=1)
     name: str | None = None
 
 
-class _Sampling(_Body):
+class UserMessage(Body):
+    role: Literal["user"]
+    content: NonBlank | list[NonBlankPart] = Field(..., min_length=1)
+    name: str | None = None
+
+
+class AssistantMessage(Body):
+    role: Literal["assistant"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[PastToolCall] | None = None
+    reasoning_content: str | None = Field(None, description="the reasoning before the answer (or `reasoning`)")
+    reasoning: str | None = None
+
+
+class ToolMessage(Body):
+    role: Literal["tool"]
+    content: str | list[ContentPart] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+ChatMessage = Annotated[InstructionMessage | UserMessage | AssistantMessage | ToolMessage,
+                        Field(discriminator="role")]
+
+
+class _Sampling(Body):
     model: str | None = Field(None, description="a model id from GET /v1/models; default: the first model")
     max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
     temperature: float | None = Field(None, ge=0, le=2, description="0 = greedy; default: the model's")
@@ -50,111 +96,165 @@ class _Sampling(_Body):
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     repetition_penalty: float | None = Field(None, gt=0, le=10, description="1 = off (transformers' semantics)")
     seed: int | None = Field(None, ge=-2**63, le=2**64 - 1)
-    stop: str | list[str] | None = Field(None, max_length=16)
-    n: int | None = Field(1, ge=1, le=128, description="only 1 is served")
+    stop: Annotated[str, Field(min_length=1)] | list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None, max_length=16)
+    n: int | None = Field(1, ge=1, le=1, description="one choice per request")
     stream: bool | None = False
-    stream_options: StreamOptions | None = None
+    stream_options: StreamOptions | None = Field(None, description="read when stream is true")
     ignore_eos: bool | None = False
     user: str | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsSpec | None = Field(None, description="vLLM's: one of json, regex, "
+                                                             "choice, grammar, json_object")
+    grammar: str | None = Field(None, description="llama-server's: a GBNF (or Lark) grammar the reply follows")
+    json_schema: dict | bool | None = Field(None, description="llama-server's: a JSON schema the reply follows")
 
-    def check_common(self) -> None:
-        if self.n not in (None, 1):
-            raise ApiError(400, "n must be 1 (one choice per request)", param="n", code="unsupported_value")
-        if self.stream_options is not None and not self.stream:
-            raise ApiError(400, "stream_options is only allowed when stream is true", param="stream_options")
+    def constraint(self) -> StructuredOutputs | None:
+        return requested_constraint(self.response_format, self.structured_outputs, self.grammar, self.json_schema)
 
-    def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    def sampling_params(self, max_tokens: int | None, logprobs: int | None,
+                        constraint: StructuredOutputs | None) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         params = SamplingParams(
             max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             min_p=self.min_p, repetition_penalty=self.repetition_penalty,
             presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
-            seed=None if self.seed is None else self.seed % 2**64, stop=stop, ignore_eos=bool(self.ignore_eos))
+            seed=None if self.seed is None else self.seed % 2**64, stop=stop, ignore_eos=bool(self.ignore_eos),
+            structured_outputs=constraint)
         if logprobs is not None:
             params.logprobs = logprobs
         return params
 
     @property
     def include_usage(self) -> bool:
-        return bool(self.stream_options and self.stream_options.include_usage)
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+@dataclass
+class ChatPlan:
+    """What the engine runs for a chat request, and how its reply is read back."""
+    prompt: object                     # messages, a Continuation or a TemplatedChat of them
+    params: SamplingParams
+    tools: ToolPlan | None
 
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
     logprobs: bool | None = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: list[dict] | None = None
-    response_format: dict | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="read when logprobs is true")
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = Field(None, description="default: auto with tools, none without")
+    parallel_tool_calls: bool | None = True
     continue_final_message: bool | None = Field(
-        False, description="vLLM's extension: go on with the last (assistant) message instead of a new reply")
-    add_generation_prompt: bool | None = Field(True, description="false together with continue_final_message")
+        False, description="vLLM's extension: go on with the last message instead of a new reply")
+    add_generation_prompt: bool | None = Field(True, description="false: the prompt ends with the last message")
 
-    def check(self) -> None:
-        self.check_common()
-        if self.tools:
-            raise ApiError(400, "tools (function calling) are not supported by this server", param="tools",
-                           code="unsupported_value")
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            raise ApiError(400, "only the text response_format is supported", param="response_format",
-                           code="unsupported_value")
-        if self.top_logprobs is not None and not self.logprobs:
-            raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-        if self.add_generation_prompt is False and not self.continue_final_message:
-            raise ApiError(400, "add_generation_prompt: false is only supported with continue_final_message",
-                           param="add_generation_prompt", code="unsupported_value")
-
-    def to_engine(self) -> tuple[list[dict] | Continuation, SamplingParams]:
-        self.check()
+    def to_engine(self, chat_template) -> ChatPlan:
+        """`chat_template`: the model's (it decides the tool format)."""
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        messages = [_message(i, m) for i, m in enumerate(self.messages)]
-        params = self.sampling_params(max_tokens, logprobs)
+        tools = plan_tools(self.tools, self.tool_choice, self.parallel_tool_calls, chat_template)
+        constraint = self.constraint()
+        if tools is not None and tools.constraint is not None:
+            if constraint is not None:
+                raise ApiError(400, f"tool_choice {self._choice_name()} already constrains the reply to a tool "
+                                    f"call: drop {constraint.parameter.split('.')[0]}", param="tool_choice")
+            constraint = tools.constraint
+        messages = [_message(m) for m in self.messages]
+        params = self.sampling_params(max_tokens, logprobs, constraint)
+        kwargs: dict = {}
+        if tools is not None:
+            if tools.in_template:
+                kwargs["tools"] = tools.tools
+            else:
+                messages = written_out(messages, tools.tools)
+        prompt: object = messages
         if self.continue_final_message:
-            if messages[-1]["role"] != "assistant" or self.add_generation_prompt:
-                raise ApiError(400, "continue_final_message needs the last message to be the assistant's and "
-                               "add_generation_prompt false", param="continue_final_message")
-            return Continuation(messages[:-1], messages[-1]["content"]), params
-        return messages, params
+            if messages[-1]["role"] == "assistant":
+                prompt = Continuation(messages[:-1], messages[-1]["content"])
+            else:   # go on with a user's (or system's) text: the template's own continue_final_message
+                kwargs.update(continue_final_message=True, add_generation_prompt=False)
+        elif self.add_generation_prompt is False:
+            kwargs["add_generation_prompt"] = False
+        if kwargs:
+            prompt = TemplatedChat(prompt, template_kwargs=kwargs)
+        return ChatPlan(prompt, params, tools)
+
+    def _choice_name(self) -> str:
+        choice = self.tool_choice
+        return repr(choice) if isinstance(choice, str) else repr(choice.function.name)
+
+
+TokenIds = list[Annotated[int, Field(ge=0, le=INT32_MAX)]]
+
+# a batch of prompts holds one: one choice per request
+OneText = Annotated[list[str], Field(min_length=1, max_length=1)]
+OneIdList = Annotated[list[TokenIds], Field(min_length=1, max_length=1)]
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[int] | list[str] | list[list[int]] = Field(..., description="text or token ids; one prompt")
+    prompt: str | TokenIds | OneText | OneIdList = Field(
+        "", description="text or token ids, one prompt (a list holds at most one); empty: the start of a document")
     max_tokens: int | None = Field(16, ge=1, le=INT32_MAX)
     logprobs: int | None = Field(None, ge=0, le=20)
-    echo: bool | None = False
-    suffix: str | None = None
-    best_of: int | None = Field(None, ge=1, le=128)
+    echo: Literal[False] | None = Field(False, description="not served: false only")
+    suffix: Literal[""] | None = Field(None, description="not served (no insertion)")
+    best_of: int | None = Field(None, ge=1, le=1, description="one choice per request")
 
-    def to_engine(self) -> tuple[str | list[int], SamplingParams]:
-        self.check_common()
-        if self.echo:
-            raise ApiError(400, "echo is not supported", param="echo", code="unsupported_value")
-        if self.suffix:
-            raise ApiError(400, "suffix (insertion) is not supported", param="suffix", code="unsupported_value")
-        if self.best_of not in (None, 1):
-            raise ApiError(400, "best_of must be 1", param="best_of", code="unsupported_value")
-        return _one_prompt(self.prompt), self.sampling_params(self.max_tokens, self.logprobs)
+    def to_engine(self, tokenizer) -> tuple[str | list[int], SamplingParams]:
+        prompt = _one_prompt(self.prompt, tokenizer)
+        return prompt, self.sampling_params(self.max_tokens, self.logprobs, self.constraint())
 
 
-def _message(index: int, m: ChatMessage) -> dict:
-    """A chat message as the chat template takes it: role and text content."""
-    if isinstance(m.content, list):
-        if any(part.type != "text" for part in m.content):
-            raise ApiError(400, f"message {index}: only text content parts are supported",
-                           param=f"messages.{index}.content", code="unsupported_value")
-        content = "".join(part.text or "" for part in m.content)
-    else:
-        content = m.content or ""
+def _text(content) -> str:
+    if isinstance(content, list):
+        return "".join(part.text for part in content)
+    return content or ""
+
+
+def _message(m) -> dict:
+    """A chat message as chat templates take it (transformers' conventions): role, text content, and for the
+    assistant its tool calls (arguments as an object) and reasoning."""
     role = "system" if m.role == "developer" else m.role
-    return {"role": role, "content": content}
+    out: dict = {"role": role, "content": _text(m.content)}
+    if m.name:
+        out["name"] = m.name
+    if isinstance(m, AssistantMessage):
+        if m.tool_calls:
+            out["tool_calls"] = [_past_call(c) for c in m.tool_calls]
+        reasoning = m.reasoning_content if m.reasoning_content is not None else m.reasoning
+        if reasoning:
+            out["reasoning_content"] = reasoning
+    if isinstance(m, ToolMessage) and m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
 
 
-def _one_prompt(prompt) -> str | list[int]:
+def _past_call(call: PastToolCall) -> dict:
+    arguments = call.function.arguments
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            pass   # kept as the text it is: the template writes it out
+    out = {"type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+    if call.id is not None:
+        out["id"] = call.id
+    return out
+
+
+def _one_prompt(prompt, tokenizer) -> str | list[int]:
+    """One prompt, as text or ids. An empty (or blank) one starts a document, as OpenAI's API defines it: the
+    model's BOS token (its end-of-text token when it has none) before whatever blank text there is."""
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
         if len(prompt) != 1:
             raise ApiError(400, "give one prompt per request", param="prompt", code="unsupported_value")
         prompt = prompt[0]
-    if not prompt:
-        raise ApiError(400, "the prompt is empty", param="prompt")
-    return prompt
+    if isinstance(prompt, str) and prompt.strip():
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        return prompt
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    text = list(tokenizer(prompt, add_special_tokens=False).input_ids) if prompt else []
+    return ([start] if start is not None else []) + text

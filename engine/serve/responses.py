@@ -1,5 +1,5 @@
 """Response bodies: OpenAI's usage (with cached prompt tokens), llama-server's timings, choices, chunks,
-and logprobs in the chat and legacy completion shapes."""
+logprobs in the chat and legacy completion shapes, and a chat reply's reasoning and tool calls."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,38 @@ from .errors import ApiError
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-def finish_reason(engine_reason: str | None) -> str | None:
+def finish_reason(engine_reason: str | None, called_tools: bool = False) -> str | None:
     if engine_reason == "error":
         raise ApiError(500, "the engine failed while generating (see the server log)", code="engine_error")
+    if called_tools and engine_reason == "stop":
+        return "tool_calls"
     return FINISH_REASONS.get(engine_reason, engine_reason)
+
+
+def reply_message(piece, with_reasoning: bool) -> dict:
+    """A whole chat reply: content (null when the reply is only tool calls), reasoning under both names clients
+    read (reasoning_content: vLLM, DeepSeek; reasoning: vLLM's newer name, OpenRouter), tool calls."""
+    message: dict = {"role": "assistant", "content": piece.content if (piece.content or not piece.calls) else None}
+    if with_reasoning:
+        message["reasoning_content"] = message["reasoning"] = piece.reasoning or None
+    if piece.calls:
+        message["tool_calls"] = [call.as_message() for call in piece.calls]
+    return message
+
+
+def reply_deltas(piece, first_call_index: int) -> list[dict]:
+    """A piece of a streamed reply as chat deltas; each tool call as OpenAI streams one: its id, type and name
+    (arguments ""), then its arguments."""
+    deltas = []
+    if piece.reasoning:
+        deltas.append({"reasoning_content": piece.reasoning, "reasoning": piece.reasoning})
+    if piece.content:
+        deltas.append({"content": piece.content})
+    for index, call in enumerate(piece.calls, start=first_call_index):
+        deltas.append({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                                       "function": {"name": call.name, "arguments": ""}}]})
+        deltas.append({"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]})
+    return deltas
 
 
 def usage(metrics) -> dict:
@@ -87,21 +115,24 @@ class Envelope:
                 "system_fingerprint": "llmchat"}
 
     def choice(self, content: str, reason: str | None, logprobs: dict | None, chunk: bool,
-               role: bool = False) -> dict:
+               role: bool = False, message: dict | None = None) -> dict:
+        """`message`: the chat message (or delta) itself, when it holds more than text."""
         if not self.chat:
             return {"index": 0, "text": content, "logprobs": logprobs, "finish_reason": reason}
         key = "delta" if chunk else "message"
-        message: dict = {"role": "assistant", "content": content} if (role or not chunk) else (
-            {"content": content} if content else {})
+        if message is None:
+            message = {"role": "assistant", "content": content} if (role or not chunk) else (
+                {"content": content} if content else {})
         return {"index": 0, key: message, "logprobs": logprobs, "finish_reason": reason}
 
-    def response(self, text: str, reason: str, logprobs: dict | None, metrics) -> dict:
-        return {**self.head(False), "choices": [self.choice(text, reason, logprobs, chunk=False)],
+    def response(self, text: str, reason: str, logprobs: dict | None, metrics, message: dict | None = None) -> dict:
+        return {**self.head(False), "choices": [self.choice(text, reason, logprobs, chunk=False, message=message)],
                 "usage": usage(metrics), "timings": timings(metrics)}
 
     def chunk(self, content: str, reason: str | None = None, logprobs: dict | None = None, *,
-              role: bool = False, with_usage_field: bool = False, metrics=None) -> str:
-        body = {**self.head(True), "choices": [self.choice(content, reason, logprobs, chunk=True, role=role)]}
+              role: bool = False, with_usage_field: bool = False, metrics=None, delta: dict | None = None) -> str:
+        body = {**self.head(True),
+                "choices": [self.choice(content, reason, logprobs, chunk=True, role=role, message=delta)]}
         if with_usage_field:
             body["usage"] = None
         if metrics is not None:

@@ -86,7 +86,8 @@ class ServerState:
             return self.models[self.specs[0].id]
         model = self.models.get(model_id)
         if model is None:
-            raise ApiError(400, f"the model {model_id!r} does not exist; served: {', '.join(self.models)}",
+            # 404, as OpenAI answers an unknown model
+            raise ApiError(404, f"the model {model_id!r} does not exist; served: {', '.join(self.models)}",
                            param="model", code="model_not_found")
         return model
 

@@ -30,7 +30,6 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
 
 
 CHAT_CASES = {
-    "unknown model": ({"model": "nope", "messages": USER}, "model"),
     "n of 2": ({"messages": USER, "n": 2}, "n"),
     "negative temperature": ({"messages": USER, "temperature": -1}, "temperature"),
     "temperature above 2": ({"messages": USER, "temperature": 3}, "temperature"),
@@ -51,16 +50,17 @@ CHAT_CASES = {
     "empty content": ({"messages": [{"role": "user", "content": "  "}]}, None),
     "content of the wrong type": ({"messages": [{"role": "user", "content": 5}]}, None),
     "image content": ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, None),
-    "top_logprobs without logprobs": ({"messages": USER, "top_logprobs": 2}, "top_logprobs"),
     "top_logprobs above 20": ({"messages": USER, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    "tools": ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    "json_schema response_format": ({"messages": USER, "response_format": {"type": "json_schema"}}, None),
-    "continue_final_message after a user message": ({"messages": USER, "continue_final_message": True,
-                                                     "add_generation_prompt": False}, "continue_final_message"),
-    "continue_final_message with a generation prompt": ({"messages": [*USER, {"role": "assistant", "content": "I"}],
-                                                         "continue_final_message": True}, "continue_final_message"),
-    "add_generation_prompt false alone": ({"messages": USER, "add_generation_prompt": False}, "add_generation_prompt"),
-    "stream_options without stream": ({"messages": USER, "stream_options": {"include_usage": True}}, None),
+    "tool_choice naming no tool": ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}],
+                                    "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
+    "tool_choice required without tools": ({"messages": USER, "tool_choice": "required"}, "tool_choice"),
+    "json_schema response_format without its schema": ({"messages": USER, "response_format": {"type": "json_schema"}},
+                                                       None),
+    "unknown response_format": ({"messages": USER, "response_format": {"type": "xml"}}, None),
+    "two constraints": ({"messages": USER, "response_format": {"type": "json_object"}, "grammar": 'root ::= "a"'},
+                        "grammar"),
+    "two structured_outputs at once": ({"messages": USER, "structured_outputs": {"regex": "a", "choice": ["b"]}},
+                                       "structured_outputs"),
     "prompt longer than the context": ({"messages": [{"role": "user", "content": "hello world " * 400}]}, None),
     "prompt too long, streamed": ({"messages": [{"role": "user", "content": "hello world " * 400}],
                                    "stream": True}, None),
@@ -74,12 +74,45 @@ def test_bad_chat_request_is_400(http, case):
     assert error["type"] == "invalid_request_error"
 
 
+ACCEPTED_CHAT = {   # schema-valid, so served: the extras are ignored or have a meaning
+    "top_logprobs without logprobs": {"messages": USER, "top_logprobs": 2},
+    "stream_options without stream": {"messages": USER, "stream_options": {"include_usage": True}},
+    "add_generation_prompt false alone": {"messages": USER, "add_generation_prompt": False},
+    "continue_final_message after a user message": {"messages": USER, "continue_final_message": True},
+    "continue_final_message with a generation prompt": {"messages": [*USER, {"role": "assistant", "content": "I"}],
+                                                        "continue_final_message": True},
+    "a tool message without content": {"messages": [*USER, {"role": "tool", "tool_call_id": "x"}]},
+    "an assistant message without content": {"messages": [*USER, {"role": "assistant"}, *USER]},
+    "empty structured_outputs": {"messages": USER, "structured_outputs": {}},
+    "text response_format": {"messages": USER, "response_format": {"type": "text"}},
+}
+
+
+@pytest.mark.parametrize("case", list(ACCEPTED_CHAT))
+def test_schema_valid_chat_requests_are_served(http, case):
+    r = http.post("/v1/chat/completions", json={**ACCEPTED_CHAT[case], "max_tokens": 3})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_unknown_model_is_404(http):
+    for path, body in (("/v1/chat/completions", {"model": "nope", "messages": USER}),
+                       ("/v1/completions", {"model": "nope", "prompt": "hi"})):
+        error = assert_error(http.post(path, json=body), 404, "model")
+        assert error["code"] == "model_not_found" and "tiny" in error["message"]
+
+
+@pytest.mark.parametrize("prompt", ["", [], [[]], [""], "  "])
+def test_an_empty_completion_prompt_starts_a_document(http, prompt):
+    r = http.post("/v1/completions", json={"prompt": prompt, "max_tokens": 3, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] >= 1
+
+
 COMPLETION_CASES = {
     "echo": {"prompt": "hi", "echo": True},
     "suffix": {"prompt": "hi", "suffix": "end"},
     "best_of": {"prompt": "hi", "best_of": 3},
-    "empty prompt": {"prompt": ""},
-    "empty token list": {"prompt": []},
     "token id outside the vocabulary": {"prompt": [1, 2, 10**6]},
     "several prompts": {"prompt": ["a", "b"]},
     "logprobs above 20": {"prompt": "hi", "logprobs": 50},

@@ -1,0 +1,85 @@
+"""A reply's reasoning (<think>...</think>, as Qwen3, SmolLM3 and DeepSeek-R1 distills write it) apart from its
+answer, on a reply that is still streaming: each piece of text is split as it arrives, holding back only what
+could still be the start of a tag.
+
+A template that opens <think> itself (the prompt ends with it) starts the reply inside the reasoning.
+"""
+from __future__ import annotations
+
+OPEN, CLOSE = "<think>", "</think>"
+
+
+def template_thinks(template) -> bool:
+    """Whether a chat template (text, or a dict of named templates) knows the <think> convention."""
+    if isinstance(template, dict):
+        return any(template_thinks(t) for t in template.values())
+    return isinstance(template, str) and CLOSE in template
+
+
+def prompt_opens_reasoning(prompt_text: str) -> bool:
+    return prompt_text.rstrip().endswith(OPEN)
+
+
+def _held_back(text: str, tag: str) -> int:
+    """How many characters at the end of `text` could be the start of `tag`."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-n:]):
+            return n
+    return 0
+
+
+class ReasoningSplitter:
+    """feed(text) -> (reasoning, answer) of the new text; finish() flushes what was held back."""
+
+    def __init__(self, in_reasoning: bool = False) -> None:
+        # "start": nothing but whitespace yet, a <think> may open; "reasoning"; "answer"
+        self._state = "reasoning" if in_reasoning else "start"
+        self._pending = ""
+        self._answer_started = False
+
+    def feed(self, text: str) -> tuple[str, str]:
+        self._pending += text
+        reasoning, answer = "", ""
+        while self._pending:
+            if self._state == "start":
+                stripped = self._pending.lstrip()
+                if stripped.startswith(OPEN):
+                    self._pending, self._state = stripped[len(OPEN):].lstrip("\n"), "reasoning"
+                elif OPEN.startswith(stripped):      # "", "<th": wait for more
+                    break
+                else:
+                    self._state = "answer"
+            elif self._state == "reasoning":
+                before, closed, after = self._pending.partition(CLOSE)
+                if closed:
+                    reasoning += before
+                    self._pending, self._state = after.lstrip(), "answer"
+                    continue
+                keep = _held_back(self._pending, CLOSE)
+                reasoning += self._pending[:len(self._pending) - keep]
+                self._pending = self._pending[len(self._pending) - keep:]
+                break
+            else:
+                answer += self._pending
+                self._pending = ""
+        if answer and not self._answer_started:
+            answer = answer.lstrip()          # the blank line a model writes after </think>
+            self._answer_started = bool(answer)
+        return reasoning, answer
+
+    def finish(self) -> tuple[str, str]:
+        """The text held back at the end of the reply: an unfinished tag is plain text of its part."""
+        rest, self._pending = self._pending, ""
+        if self._state == "reasoning":
+            return rest, ""
+        return "", rest if self._answer_started else rest.lstrip()
+
+
+def split_reasoning(text: str, in_reasoning: bool = False) -> tuple[str | None, str]:
+    """A whole reply -> (reasoning or None when the reply did not reason, answer)."""
+    splitter = ReasoningSplitter(in_reasoning)
+    reasoning, answer = splitter.feed(text)
+    more_reasoning, more_answer = splitter.finish()
+    reasoning, answer = reasoning + more_reasoning, answer + more_answer
+    opened = in_reasoning or text.lstrip().startswith(OPEN)
+    return (reasoning.strip() if opened else None), answer

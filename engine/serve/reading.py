@@ -1,0 +1,31 @@
+"""Which reader a chat reply needs: reasoning apart when the model's template thinks, tool calls when the request
+gives tools; None for a plain reply (streamed on the fast path)."""
+from __future__ import annotations
+
+from ..chat import render_chat
+from ..reasoning import CLOSE, OPEN, ReasoningSplitter, template_thinks
+from .errors import ApiError
+from .reply import ReplyReader
+from .tool_parser import ToolCallParser
+
+
+def reply_reader(tokenizer, plan) -> ReplyReader | None:
+    splitter = None
+    if template_thinks(getattr(tokenizer, "chat_template", None)):
+        splitter = ReasoningSplitter(in_reasoning=_prompt_opens_reasoning(tokenizer, plan.prompt))
+    tools = None
+    if plan.tools is not None:
+        tools = ToolCallParser(plan.tools.style, plan.tools.names, plan.tools.parallel)
+    if splitter is None and tools is None:
+        return None
+    return ReplyReader(splitter, tools)
+
+
+def _prompt_opens_reasoning(tokenizer, prompt) -> bool:
+    """A prompt that leaves a <think> open (a template that starts the reasoning itself, or an assistant
+    message continued mid-thought): the reply starts inside the reasoning."""
+    try:
+        rendered = render_chat(tokenizer, prompt)
+    except ValueError as exc:
+        raise ApiError(400, str(exc), param="messages") from None
+    return rendered.rfind(OPEN) > rendered.rfind(CLOSE)

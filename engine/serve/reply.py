@@ -1,0 +1,49 @@
+"""A chat reply read as it streams: reasoning apart from the answer (engine/reasoning.py), then tool calls out of
+the answer (tool_parser.py). The same reader serves whole and streamed replies, so both say the same."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..reasoning import ReasoningSplitter
+from .tool_parser import ToolCall, ToolCallParser
+
+
+@dataclass
+class ReplyPiece:
+    reasoning: str = ""
+    content: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def __add__(self, other: "ReplyPiece") -> "ReplyPiece":
+        return ReplyPiece(self.reasoning + other.reasoning, self.content + other.content, self.calls + other.calls)
+
+    def __bool__(self) -> bool:
+        return bool(self.reasoning or self.content or self.calls)
+
+
+class ReplyReader:
+    def __init__(self, reasoning: ReasoningSplitter | None, tools: ToolCallParser | None) -> None:
+        self.reasoning, self.tools = reasoning, tools
+        self.reasoned = False
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return self.tools.calls if self.tools is not None else []
+
+    def feed(self, text: str) -> ReplyPiece:
+        reasoning, content = self.reasoning.feed(text) if self.reasoning is not None else ("", text)
+        return self._piece(reasoning, content, final=False)
+
+    def finish(self) -> ReplyPiece:
+        reasoning, content = self.reasoning.finish() if self.reasoning is not None else ("", "")
+        return self._piece(reasoning, content, final=True)
+
+    def _piece(self, reasoning: str, content: str, final: bool) -> ReplyPiece:
+        self.reasoned = self.reasoned or bool(reasoning)
+        if self.tools is None:
+            return ReplyPiece(reasoning, content)
+        content, calls = self.tools.feed(content) if content else ("", [])
+        if final:
+            more, more_calls = self.tools.finish()
+            content, calls = content + more, calls + more_calls
+        return ReplyPiece(reasoning, content, calls)
