@@ -12,13 +12,11 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import llguidance
+import numpy as np
 import torch
 
 from .sequence import Sequence
 from .structured_outputs import StructuredOutputs
-
-_BIT = torch.arange(32, dtype=torch.int32)
-
 
 class GrammarCompiler:
     """The tokenizer as llguidance reads it (built on first use: ~1 s on a large vocabulary), and matchers.
@@ -68,13 +66,29 @@ class MaskBatch:
         self.done = done
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits [S, V] of the sampled rows -> a copy with every token a row's grammar refuses at -inf."""
+        """logits [S, V] of the sampled rows -> a copy with every token a row's grammar refuses at -inf.
+
+        Done in numpy, word by word: a word of 32 refused tokens (most of them, where the grammar expects
+        punctuation) is one slice store, a word of 32 allowed ones (inside a string) is left alone, and only
+        the rest are unpacked bit by bit. Small torch ops would each wake the thread pool: 16 rows of a
+        152k vocabulary took 20 ms that way under load, 3 ms here."""
         self.done.result()
-        vocab = logits.shape[1]
-        allowed = ((self.bitmask[:, :, None] >> _BIT) & 1).bool().reshape(len(self.rows), -1)[:, :vocab]
-        out = logits.clone()
-        out[self.rows] = logits[self.rows].masked_fill(~allowed, float("-inf"))
-        return out
+        count, vocab = logits.shape
+        words = self.bitmask.numpy()
+        out = np.empty((count, words.shape[1] * 32), dtype=np.float32)
+        out[:, :vocab] = logits.float().numpy()
+        blocks = out.reshape(count, words.shape[1], 32)
+        rows = np.asarray(self.rows)
+        r, c = np.nonzero(words == 0)
+        blocks[rows[r], c] = -np.inf
+        r, c = np.nonzero((words != 0) & (words != -1))
+        if len(r):
+            # little-endian words: byte k, bit j is token 8k + j of the word (x86-64 and aarch64 alike)
+            refused = ~np.unpackbits(words[r, c].view(np.uint8).reshape(-1, 4), axis=1, bitorder="little").view(bool)
+            partial = blocks[rows[r], c]
+            partial[refused] = -np.inf
+            blocks[rows[r], c] = partial
+        return torch.from_numpy(out)[:, :vocab]
 
 
 class GrammarMasks:

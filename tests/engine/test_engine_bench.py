@@ -68,3 +68,21 @@ def test_the_llamacpp_baseline_runs_with_openmps_default_wait_policy(monkeypatch
     fig = bench_gguf.llamacpp_figures(tmp_path / "x.gguf", [1, 2], [1, 2, 3], 2, [1, 2, 3], torch.zeros(3, 4))
     assert "error" in fig and fig["error"].startswith("llama.cpp failed")
     assert seen["policy"] == "unset"
+
+
+def test_bench_json_schema_reports_constrained_against_unconstrained(tiny_model_dir, capsys, tmp_path):
+    schema = {"type": "array", "minItems": 3, "maxItems": 3, "items": {"enum": ["alpha", "beta", "gamma"]}}
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    code = cli_main(["bench", str(tiny_model_dir()), "--json-schema", str(tmp_path / "schema.json"), "--sessions",
+                     "3", "--tokens", "200", "--dtype", "float32", "--kv-cache-gb", "0.01", "--json"])
+    assert code == 0
+    figures = json.loads(capsys.readouterr().out)["figures"]
+    for n in (1, 3):
+        key = "decode_tok_s_1" if n == 1 else "aggregate_tok_s_3"
+        assert figures[key]["constrained"] > 0 and figures[key]["unconstrained"] > 0
+        assert figures[f"valid_json_{n}"] == 1 and figures[f"reply_tokens_{n}"] > 3
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for path, message in ((tmp_path / "list.json", "not a JSON schema object"), (tmp_path / "none.json", "cannot read")):
+        assert cli_main(["bench", str(tiny_model_dir()), "--json-schema", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("llmchat: error: --json-schema: ") and message in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+from pathlib import Path
 
 from llmchat.engine.bench.llama_cpp import check_binary
 from llmchat.engine.store import resolve_model
@@ -43,6 +44,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--serve", action="store_true",
                    help="HTTP cost: concurrent streaming clients of `llmchat serve` vs the in-process engine, one run")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 16], help="concurrent HTTP clients for --serve")
+    p.add_argument("--json-schema", metavar="FILE",
+                   help="the cost of a JSON-schema constraint: replies constrained to FILE's schema vs the same "
+                        "prompts unconstrained, at 1 session and the largest of --sessions (engine/bench/structured.py)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         raise ValueError("give a MODEL_PATH (or --kernels alone)")
     if args.llama_bench:
-        other = [f"--{m}" for m in ("serve", "determinism", "context", "lora") if getattr(args, m)]
+        other = [f"--{m.replace('_', '-')}" for m in ("serve", "determinism", "context", "lora", "json_schema")
+                 if getattr(args, m)]
         if other:
             raise ValueError(f"--llama-bench goes with the plain bench (decode, prefill), not with {other[0]}")
         check_binary(args.llama_bench)   # before the model is resolved and loaded
@@ -76,9 +81,25 @@ def benchmark(args: argparse.Namespace) -> tuple[str, dict]:
         return "determinism", dict(sessions=args.sessions, new_tokens=args.tokens, prefix_len=args.prefix, **engine)
     if args.context:
         return "context", dict(contexts=args.context, new_tokens=args.tokens, **engine)
+    if args.json_schema:
+        return "structured", dict(schema=read_schema(args.json_schema), sessions=[1, max(args.sessions)],
+                                  new_tokens=args.tokens, **engine)
     if args.lora:
         return "lora", dict(sessions=args.sessions[0] if len(args.sessions) == 1 else 8,
                             num_adapters=args.lora_adapters, rank=args.lora_rank, new_tokens=args.tokens, **engine)
     return "throughput", dict(sessions=args.sessions, new_tokens=args.tokens, prefix_len=args.prefix,
                               baseline=not args.no_baseline, llamacpp=not args.no_baseline, quantize=args.quantize,
                               llama_bench=args.llama_bench, bandwidth_mib=args.bandwidth_mib, **engine)
+
+
+def read_schema(path: str) -> dict:
+    """The --json-schema file as a dict; ValueError saying what is wrong with it."""
+    try:
+        schema = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ValueError(f"--json-schema: cannot read {path}: {e.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"--json-schema: {path} is not JSON: {e}") from None
+    if not isinstance(schema, dict):
+        raise ValueError(f"--json-schema: {path} holds a {type(schema).__name__}, not a JSON schema object")
+    return schema
