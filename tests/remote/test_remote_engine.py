@@ -106,3 +106,23 @@ async def test_server_errors_carry_the_servers_message(endpoint):
         await anext(RemoteEngine(endpoint, "tiny").generate(CHAT, SamplingParams(), adapter="a"))
     with pytest.raises(ValueError, match="token ids"):
         await collect(RemoteEngine(endpoint, "tiny"), [1, 2, 3], SamplingParams())
+
+
+async def test_a_constrained_request_is_constrained_on_the_server(endpoint, remote_model):
+    """JSON schemas travel as response_format, the other kinds as structured_outputs: the server's replies
+    equal the local engine's constrained ones, for chat and text prompts."""
+    from llmchat.engine.structured_outputs import StructuredOutputs
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0,
+              "maximum": 50}}, "required": ["ok", "n"], "additionalProperties": False}
+    constraints = [StructuredOutputs(json=schema), StructuredOutputs(json_object=True),
+                   StructuredOutputs(regex=r"[a-z]{3}-[0-9]{2}"), StructuredOutputs(choice=["left", "right"]),
+                   StructuredOutputs(grammar='root ::= "go " ("north" | "south")')]
+    llm = LLM(remote_model, attention_backend="torch", kv_cache_gb=0.05)
+    engine = RemoteEngine(endpoint, "tiny")
+    for constraint in constraints:
+        params = SamplingParams(max_tokens=60, temperature=0.0, structured_outputs=constraint)
+        for prompt in (CHAT, "Once upon a time"):
+            want = llm.generate([prompt], params)[0]
+            text, last = await collect(engine, prompt, params)
+            assert (text, last.finish_reason) == (want.text, want.finish_reason), (constraint, prompt)
+    await engine.shutdown()
