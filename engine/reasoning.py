@@ -36,6 +36,7 @@ class ReasoningSplitter:
         self._state = "reasoning" if in_reasoning else "start"
         self._pending = ""
         self._answer_started = False
+        self._reasoning_started = False
 
     def feed(self, text: str) -> tuple[str, str]:
         self._pending += text
@@ -52,12 +53,15 @@ class ReasoningSplitter:
             elif self._state == "reasoning":
                 before, closed, after = self._pending.partition(CLOSE)
                 if closed:
-                    reasoning += before
+                    reasoning += self._reasoning_text(before.rstrip())
                     self._pending, self._state = after.lstrip(), "answer"
                     continue
+                # held back: a tag's possible start, and trailing whitespace (the newline before </think>)
                 keep = _held_back(self._pending, CLOSE)
-                reasoning += self._pending[:len(self._pending) - keep]
-                self._pending = self._pending[len(self._pending) - keep:]
+                text = self._pending[:len(self._pending) - keep]
+                shown = text.rstrip()
+                reasoning += self._reasoning_text(shown)
+                self._pending = self._pending[len(shown):]
                 break
             else:
                 answer += self._pending
@@ -67,11 +71,18 @@ class ReasoningSplitter:
             self._answer_started = bool(answer)
         return reasoning, answer
 
+    def _reasoning_text(self, text: str) -> str:
+        """Reasoning without the blank start a model writes after <think>."""
+        if not self._reasoning_started:
+            text = text.lstrip()
+            self._reasoning_started = bool(text)
+        return text
+
     def finish(self) -> tuple[str, str]:
         """The text held back at the end of the reply: an unfinished tag is plain text of its part."""
         rest, self._pending = self._pending, ""
         if self._state == "reasoning":
-            return rest, ""
+            return self._reasoning_text(rest), ""
         return "", rest if self._answer_started else rest.lstrip()
 
 

@@ -90,7 +90,8 @@ def plan_tools(tools: list[Tool] | None, choice: ToolChoice | None, parallel: bo
     text = template_text(template)
     style = LLAMA3 if (CALL_OPEN not in text and '"parameters"' in text) else HERMES
     in_template = "tools" in text
-    parallel = parallel is not False
+    # a named function is called once (OpenAI forces "a call to it"); otherwise parallel_tool_calls decides
+    parallel = parallel is not False and not isinstance(choice, NamedToolChoice)
     constraint = None
     if choice == "required" or isinstance(choice, NamedToolChoice):
         constraint = StructuredOutputs(grammar=call_grammar(chosen, style, parallel), parameter="tools")

@@ -40,7 +40,8 @@ MODEL_THINKS_TEMPLATE = OPEN_THINK_TEMPLATE.replace("assistant\n<think>\n{% endi
 
 
 def make_templated_model(path: Path, template: str, arch: str = "qwen2") -> Path:
-    make_model(path, arch)
+    # tool declarations are long in the tiny tokenizer's tokens: room for them
+    make_model(path, arch, max_position_embeddings=2048)
     tokenizer = make_tokenizer()
     tokenizer.chat_template = template
     tokenizer.save_pretrained(path)

@@ -1,0 +1,105 @@
+"""Reasoning apart from the answer for models whose template thinks: `reasoning_content` and `reasoning` beside
+`content`, whole and streamed, whether the template opens <think> or the model does; past assistant messages
+bring theirs back. A regex makes the random-weight model write a known shape of reply."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from llmchat.engine.chat import render_chat
+from llmchat.engine.reasoning import ReasoningSplitter, split_reasoning
+from llmchat.engine.serve.protocol import ChatCompletionRequest
+
+USER = [{"role": "user", "content": "Think, then answer."}]
+SHAPES = {"opens-think": "[a-z]{3,8} [a-z]{3,8}\\n</think>\\n\\n[A-Z][a-z]{2,5} [a-z]{2,5}",
+          "model-thinks": "<think>\\n[a-z]{3,8} [a-z]{3,8}\\n</think>\\n\\n[A-Z][a-z]{2,5} [a-z]{2,5}"}
+
+
+@pytest.fixture(scope="module")
+def http(structured_server):
+    with httpx.Client(base_url=structured_server.base_url, timeout=120) as c:
+        yield c
+
+
+def whole(http, model, **body) -> dict:
+    r = http.post("/v1/chat/completions", json={"model": model, "messages": USER, "max_tokens": 60, **body})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]
+
+
+def streamed(http, model, **body) -> tuple[str, str, str, str]:
+    body = {"model": model, "messages": USER, "max_tokens": 60, "stream": True, **body}
+    reasoning_content = reasoning = content = ""
+    with http.stream("POST", "/v1/chat/completions", json=body) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            event = json.loads(line[6:])
+            if not event["choices"]:
+                continue
+            delta = event["choices"][0]["delta"]
+            reasoning_content += delta.get("reasoning_content") or ""
+            reasoning += delta.get("reasoning") or ""
+            content += delta.get("content") or ""
+            reason = event["choices"][0]["finish_reason"]
+    return reasoning_content, reasoning, content, reason
+
+
+@pytest.mark.parametrize("model", list(SHAPES))
+def test_reasoning_apart_whole_and_streamed(http, model):
+    for seed in range(3):
+        body = {"structured_outputs": {"regex": SHAPES[model]}, "temperature": 1.0, "seed": seed}
+        message = whole(http, model, **body)["message"]
+        thought, answer = message["reasoning_content"], message["content"]
+        assert message["reasoning"] == thought
+        assert len(thought.split()) == 2 and thought.islower() and "think>" not in thought
+        assert answer[0].isupper() and len(answer.split()) == 2 and "think>" not in answer
+        assert streamed(http, model, **body) == (thought, thought, answer, "stop")
+
+
+@pytest.mark.parametrize("model", list(SHAPES))
+def test_unconstrained_replies_split_the_same_whole_and_streamed(http, model):
+    for seed in range(3):
+        body = {"temperature": 1.0, "seed": seed, "max_tokens": 40}
+        message = whole(http, model, **body)["message"]
+        rc, r, content, _ = streamed(http, model, **body)
+        assert (rc, r, content) == (message["reasoning_content"] or "", message["reasoning"] or "",
+                                    message["content"])
+
+
+def test_a_reply_that_does_not_reason_has_no_reasoning(http):
+    message = whole(http, "model-thinks", structured_outputs={"regex": "[A-Z][a-z]{2,5}"})["message"]
+    assert message["reasoning_content"] is None and message["reasoning"] is None and message["content"]
+    plain = whole(http, "tools", max_tokens=5)["message"]
+    assert "reasoning_content" not in plain          # a template that does not think: no reasoning fields
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_past_reasoning_goes_back_into_the_template(http, structured_server, field):
+    history = [*USER, {"role": "assistant", "content": "Paris.", field: "the capital"},
+               {"role": "user", "content": "And why?"}]
+    assert whole(http, "opens-think", messages=history, max_tokens=4)["finish_reason"] in ("stop", "length")
+    tokenizer = structured_server.engine("opens-think").tokenizer
+    plan = ChatCompletionRequest(messages=history).to_engine(tokenizer.chat_template)
+    assert "<think>\nthe capital\n</think>\n\nParis." in render_chat(tokenizer, plan.prompt)
+
+
+@pytest.mark.parametrize("reply, opened, expected", [
+    ("<think>\nhmm, yes\n</think>\n\nThe answer.", False, ("hmm, yes", "The answer.")),
+    ("hmm\n</think>\n\nAnswer", True, ("hmm", "Answer")),
+    ("Just an answer <think> in text", False, (None, "Just an answer <think> in text")),
+    ("<think>\nnever closed", False, ("never closed", "")),
+    ("a </thin", True, ("a </thin", "")),
+    ("<thi", False, (None, "<thi")),
+])
+def test_the_splitter_piece_by_piece(reply, opened, expected):
+    assert split_reasoning(reply, opened) == expected
+    for size in (1, 2, 3):
+        splitter, reasoning, answer = ReasoningSplitter(opened), "", ""
+        for i in range(0, len(reply), size):
+            r, a = splitter.feed(reply[i:i + size])
+            reasoning, answer = reasoning + r, answer + a
+        r, a = splitter.finish()
+        assert ((reasoning + r).strip() if expected[0] is not None else None, answer + a) == expected
