@@ -5,7 +5,7 @@ import json
 
 SUMMARY_HEADER = ["model", "status", "requests", "errors", "TTFT mean", "TTFT p50", "decode tok/s",
                   "prompt tok/s", "prompt tokens", "generated tokens", "prefix-cache hits", "stop reasons",
-                  "exact match", "contains"]
+                  "exact match", "contains", "schema valid"]
 
 
 # Control characters (random or broken outputs have them) shown as their Unicode pictures: U+2400 + code.
@@ -28,7 +28,8 @@ def summary_row(model: dict, s: dict) -> list[str]:
             fmt_ms(s["ttft_p50"]), fmt_rate(s["decode_tok_s_mean"]), fmt_rate(s["prompt_tok_s_mean"]),
             str(s["prompt_tokens"]), str(s["generated_tokens"]), hits, reasons,
             f"{fmt_pct(s['exact_match'])} of {scored}" if scored else "–",
-            f"{fmt_pct(s['contains'])} of {scored}" if scored else "–"]
+            f"{fmt_pct(s['contains'])} of {scored}" if scored else "–",
+            f"{fmt_pct(s['schema_valid'])} of {s['schema_checked']}" if s.get("schema_checked") else "–"]
 
 
 def result_rows(result: dict | None, model: dict) -> dict[str, str]:
@@ -61,7 +62,8 @@ def to_markdown(report: dict) -> str:
     out += [_row(summary_row(m, report["summary"][m["id"]])) for m in models]
     out += ["", "All requests of a model run as one batch, so TTFT includes waiting for the batch's other prefills; "
             "prompt tok/s = uncached prompt tokens / TTFT; prefix-cache hits = requests that reused cached "
-            "prompt tokens (share of all prompt tokens); scores count prompts with an expected answer.", ""]
+            "prompt tokens (share of all prompt tokens); scores count prompts with an expected answer, schema valid "
+            "those with a JSON schema.", ""]
     if report["errors"]:
         out += ["## Errors", ""] + [f"- {_error_line(e)}" for e in report["errors"]] + [""]
     out += ["## Prompts", ""]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from llmchat.engine.sampling_params import SamplingParams
+from llmchat.engine.structured_outputs import StructuredOutputs
 
 
 @dataclass(frozen=True)
@@ -33,17 +34,23 @@ class CompareSettings:
     raw: bool = False                  # send prompts as bare text instead of through the chat template
     dtype: str = "auto"                # engine settings: they change speed, and dtype can change outputs
     kv_cache_gb: float | None = None
+    constrain: bool = True             # a prompt's schema constrains its replies; False: they are only scored
 
     def validate(self) -> None:
         self.sampling_params(0).validate()
 
-    def sampling_params(self, prompt_index: int):
+    def sampling_params(self, prompt_index: int, schema: str | None = None):
+        """Request i's settings; `schema` (JSON text) constrains the reply when the run constrains."""
+        constraint = (StructuredOutputs(json=schema, parameter=f"prompt {prompt_index + 1}: schema")
+                      if schema is not None and self.constrain else None)
         return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
-                              top_k=self.top_k, seed=self.seed + prompt_index)
+                              top_k=self.top_k, seed=self.seed + prompt_index, structured_outputs=constraint)
 
     def output_hash(self) -> str:
         """Hash of everything that decides the outputs (resume key): not kv_cache_gb, which only sizes memory."""
         decisive = {k: v for k, v in asdict(self).items() if k != "kv_cache_gb"}
+        if self.constrain:   # the default: runs written before the setting existed keep their hash
+            decisive.pop("constrain")
         return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_json(self) -> dict:

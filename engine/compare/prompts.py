@@ -1,7 +1,8 @@
 """Prompt sets: JSONL (one object per line) or plain text (one prompt per line).
 
 JSONL line: {"prompt": "..."} or {"messages": [{"role": ..., "content": ...}, ...]}, optional
-"system" (str), "expected" (str or list of str) and "id" (str). Files ending in .jsonl / .ndjson are
+"system" (str), "expected" (str or list of str), "id" (str) and "schema" (a JSON schema object: the reply is
+constrained to it, unless the run says otherwise, and scored for validity). Files ending in .jsonl / .ndjson are
 JSONL; anything else is plain text. Blank lines are skipped in both. A bad line becomes a PromptError
 with its line number; the other lines still load.
 """
@@ -25,6 +26,7 @@ class PromptItem:
     system: str | None = None
     expected: str | tuple[str, ...] | None = None
     id: str | None = None
+    schema: str | None = None       # a JSON schema, as canonical JSON text (the item stays hashable)
 
     def engine_input(self, raw: bool = False) -> str | list[dict]:
         """What LLM.generate gets: chat messages, or the bare text when `raw` (no chat template)."""
@@ -42,7 +44,10 @@ class PromptItem:
 
     def input_hash(self, raw: bool = False) -> str:
         """Identifies the request content for resume: changes when the prompt changes."""
-        blob = json.dumps(self.engine_input(raw), sort_keys=True, ensure_ascii=False)
+        request = self.engine_input(raw)
+        if self.schema is not None:   # a schema changes the reply; a prompt without one keeps its old hash
+            request = {"input": request, "schema": self.schema}
+        blob = json.dumps(request, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
@@ -59,7 +64,11 @@ class PromptItem:
                 "messages": [dict(m) for m in self.messages] if self.messages is not None else None,
                 "system": self.system,
                 "expected": list(self.expected) if isinstance(self.expected, tuple) else self.expected,
-                "display": self.display}
+                "schema": self.schema_dict, "display": self.display}
+
+    @property
+    def schema_dict(self) -> dict | None:
+        return None if self.schema is None else json.loads(self.schema)
 
 
 @dataclass(frozen=True)
@@ -121,7 +130,7 @@ def _parse_json_line(text: str, index: int, line: int) -> PromptItem:
         raise ValueError("'id' must be a string or a number")
     return PromptItem(index=index, line=line, prompt=prompt, messages=messages, system=system,
                       expected=_check_expected(obj.get("expected")),
-                      id=None if item_id is None else str(item_id))
+                      id=None if item_id is None else str(item_id), schema=_check_schema(obj.get("schema")))
 
 
 def _check_messages(messages) -> tuple[dict, ...]:
@@ -143,6 +152,14 @@ def _check_expected(expected) -> str | tuple[str, ...] | None:
     if isinstance(expected, list) and expected and all(isinstance(e, str) for e in expected):
         return tuple(expected)
     raise ValueError("'expected' must be a string or a non-empty list of strings")
+
+
+def _check_schema(schema) -> str | None:
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise ValueError(f"'schema' must be a JSON schema object, got {type(schema).__name__}")
+    return json.dumps(schema, sort_keys=True)
 
 
 def _optional_str(obj: dict, key: str) -> str | None:

@@ -82,7 +82,7 @@ def build_report(inputs: CompareInputs, store: ResultStore) -> dict:
 
 def _result(record: dict, item: PromptItem) -> dict:
     result = {k: record.get(k) for k in STORED_FIELDS}
-    result["scores"] = None if record.get("error") else score(record["text"], item.expected)
+    result["scores"] = None if record.get("error") else score(record["text"], item.expected, item.schema_dict)
     return result
 
 

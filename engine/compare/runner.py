@@ -163,7 +163,7 @@ class CompareRunner:
             return
         raw = self.inputs.settings.raw
         prompts = [p.engine_input(raw) for _, p in jobs]
-        params = [self.inputs.settings.sampling_params(p.index) for _, p in jobs]
+        params = [self.inputs.settings.sampling_params(p.index, p.schema) for _, p in jobs]
         adapters = [v.adapter_name for v, _ in jobs]
         saved: set[int] = set()
 

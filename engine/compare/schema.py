@@ -31,6 +31,8 @@ field bumps the version. Every number is a plain JSON number or null; times are 
      "prompt": "…" | null, "messages": [{"role": "user", "content": "…"}] | null,
      "system": "…" | null,
      "expected": "…" | ["…", "…"] | null,
+     "schema": {…} | null,             # a JSON schema the reply was constrained to (unless settings.constrain
+                                       # is false) and is scored against
      "display": "…"}                   # one-line text for titles and tables
   ],
   "results": [                         # results[prompt index][model id] -> result or null (not run)
@@ -41,7 +43,8 @@ field bumps the version. Every number is a plain JSON number or null; times are 
         "decode_tok_s": 150.0,         # generated tokens after the first / decode seconds (null if < 2)
         "prompt_tok_s": 900.0,         # (prompt_tokens - cached_tokens) / ttft (null if ttft unknown)
         "prompt_tokens": 20, "cached_tokens": 16, "generated_tokens": 8,
-        "scores": {"exact_match": true, "contains": true} | null}}   # null when no expected answer
+        "scores": {"exact_match": true, "contains": true, "schema_valid": true} | null}}
+                                       # each score only where the prompt has an expected answer / a schema
   ],
   "summary": {                         # per model id
     "tiny-llama": {
@@ -51,7 +54,8 @@ field bumps the version. Every number is a plain JSON number or null; times are 
       "prefix_cache_hits": 3,          # requests that got at least one prompt token from the prefix cache
       "prefix_cache_hit_rate": 0.32,   # cached_tokens / prompt_tokens
       "finish_reasons": {"stop": 7, "length": 3},
-      "scored": 4, "exact_match": 0.5, "contains": 0.75}   # rates over prompts with expected; null if none
+      "scored": 4, "exact_match": 0.5, "contains": 0.75,   # rates over prompts with expected; null if none
+      "schema_checked": 2, "schema_valid": 1.0}            # rate over prompts with a schema; null if none
   },
   "errors": [                          # everything that went wrong; the rest of the run still completed
     {"kind": "prompt" | "model" | "adapter" | "request",
@@ -65,6 +69,7 @@ came from.
 
 Scores: exact_match = the answer, stripped, equals an expected answer, stripped; contains = an expected
 answer (stripped, case-folded) occurs in the case-folded answer. `expected` may be one string or a list.
+schema_valid = the answer parses as JSON and validates against the prompt's schema (jsonschema).
 """
 from __future__ import annotations
 

@@ -1,26 +1,42 @@
 """Scores against expected answers, and the per-model summary of a compare report."""
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter
 
+import jsonschema
 
-def score(text: str, expected: str | list[str] | tuple[str, ...] | None) -> dict | None:
-    """exact_match: stripped answer equals a stripped expected answer; contains: case-folded substring."""
-    if expected is None:
-        return None
-    answers = [expected] if isinstance(expected, str) else list(expected)
-    answer = text.strip()
-    folded = answer.casefold()
-    return {"exact_match": any(answer == e.strip() for e in answers),
-            "contains": any(e.strip().casefold() in folded for e in answers)}
+
+def score(text: str, expected: str | list[str] | tuple[str, ...] | None, schema: dict | None = None) -> dict | None:
+    """exact_match: stripped answer equals a stripped expected answer; contains: case-folded substring;
+    schema_valid: the answer is JSON that validates against the prompt's schema."""
+    scores = {}
+    if expected is not None:
+        answers = [expected] if isinstance(expected, str) else list(expected)
+        answer = text.strip()
+        folded = answer.casefold()
+        scores.update(exact_match=any(answer == e.strip() for e in answers),
+                      contains=any(e.strip().casefold() in folded for e in answers))
+    if schema is not None:
+        scores["schema_valid"] = schema_valid(text, schema)
+    return scores or None
+
+
+def schema_valid(text: str, schema: dict) -> bool:
+    try:
+        jsonschema.validate(json.loads(text), schema)
+    except (ValueError, jsonschema.ValidationError, jsonschema.SchemaError):
+        return False
+    return True
 
 
 def summarize(results: list[dict]) -> dict:
     """Aggregate one model's results (dicts in the report's result format; None = not run)."""
     done = [r for r in results if r is not None]
     ok = [r for r in done if r.get("error") is None]
-    scored = [r["scores"] for r in ok if r.get("scores") is not None]
+    scored = [r["scores"] for r in ok if r.get("scores") and "exact_match" in r["scores"]]
+    with_schema = [r["scores"]["schema_valid"] for r in ok if r.get("scores") and "schema_valid" in r["scores"]]
     prompt_tokens = sum(r["prompt_tokens"] for r in ok)
     cached_tokens = sum(r["cached_tokens"] for r in ok)
     return {
@@ -39,6 +55,8 @@ def summarize(results: list[dict]) -> dict:
         "scored": len(scored),
         "exact_match": _rate(s["exact_match"] for s in scored) if scored else None,
         "contains": _rate(s["contains"] for s in scored) if scored else None,
+        "schema_checked": len(with_schema),
+        "schema_valid": _rate(with_schema) if with_schema else None,
     }
 
 

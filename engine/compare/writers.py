@@ -16,7 +16,7 @@ from llmchat.engine.compare.schema import REPORT_CSV, REPORT_JSON, REPORT_MD
 
 CSV_COLUMNS = ["prompt_index", "line", "prompt_id", "model_id", "model", "adapter", "prompt", "expected",
                "text", "finish_reason", "error", "prompt_tokens", "cached_tokens", "generated_tokens",
-               "ttft", "decode_tok_s", "prompt_tok_s", "exact_match", "contains"]
+               "ttft", "decode_tok_s", "prompt_tok_s", "exact_match", "contains", "schema_valid"]
 
 
 def write_report(report: dict, out_dir: str | Path) -> dict[str, Path]:
@@ -54,6 +54,7 @@ def to_csv(report: dict) -> str:
                 scores = result["scores"] or {}
                 line["exact_match"] = _flag(scores.get("exact_match"))
                 line["contains"] = _flag(scores.get("contains"))
+                line["schema_valid"] = _flag(scores.get("schema_valid"))
             writer.writerow(line)
     return buf.getvalue()
 

@@ -56,6 +56,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0, help="request i uses seed S+i (default 0)")
     p.add_argument("--raw", action="store_true", help="send prompts as bare text, without the chat template (JSONL 'messages' still use it)")
+    p.add_argument("--no-constrain", dest="constrain", action="store_false",
+                   help="do not constrain replies to their prompt's JSON schema, only score them (how well each "
+                        "model follows a schema on its own)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--kv-cache-gb", type=float, default=None, help="KV cache budget per model")
     p.add_argument("--resume", action="store_true", help="continue the run already in --out")
@@ -70,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
               "(same model, same settings, same seeds: the same replies)", file=sys.stderr)
     settings = CompareSettings(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                                top_k=args.top_k, seed=args.seed, raw=args.raw, dtype=args.dtype,
-                               kv_cache_gb=args.kv_cache_gb)
+                               kv_cache_gb=args.kv_cache_gb, constrain=args.constrain)
     settings.validate()
     if args.kv_cache_gb is not None and args.kv_cache_gb <= 0:
         raise ValueError(f"--kv-cache-gb must be > 0, got {args.kv_cache_gb}")
