@@ -126,7 +126,7 @@ setup(
     packages=packages,
     package_dir=package_dir,
     include_package_data=True,
-    package_data={"llmchat.tui": ["*.tcss"]},
+    package_data={"llmchat.tui.app": ["*.tcss"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
 )

@@ -19,8 +19,8 @@ QUESTIONS = ["What is the capital of France? Answer in one sentence.",
 
 async def shoot(model: str, out: Path) -> None:
     from llmchat.tui.app import LlmChatApp
-    from llmchat.tui.app_main import prepare_model
-    from llmchat.tui.widgets.prompt_input import PromptInput
+    from llmchat.tui.app.main import prepare_model
+    from llmchat.tui.app.widgets.prompt_input import PromptInput
 
     app = LlmChatApp(model=prepare_model(model), show_welcome=False)
     async with app.run_test(size=(120, 34)) as pilot:

@@ -9,7 +9,7 @@ from tiny_models import make_model
 
 from llmchat.engine import LLM, SamplingParams
 from llmchat.engine.generation_defaults import CHAT_DEFAULTS, sampling_defaults
-from llmchat.tui.engines import read_generation_defaults
+from llmchat.tui.app.engines import read_generation_defaults
 
 
 def model_with(tmp_path, gen: dict | None):

@@ -2,7 +2,7 @@
 a GGUF file's quant, or the type quantized at load."""
 from __future__ import annotations
 
-from llmchat.tui.engines import EngineManager
+from llmchat.tui.app.engines import EngineManager
 
 
 async def test_a_gguf_model_is_labelled_with_its_quant(store, tiny_gguf, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from llmchat.tui.widgets.chat_view import ChatView
+from llmchat.tui.app.widgets.chat_view import ChatView
 
 WAIT_TIMEOUT = 120.0   # generous: 2 shared cores, several engines
 
@@ -41,7 +41,7 @@ def notices(app) -> list[str]:
 
 async def send(pilot, text: str, typed: bool = False) -> None:
     """Put text in the message input (typed key by key, or pasted) and press Enter."""
-    from llmchat.tui.widgets.prompt_input import PromptInput
+    from llmchat.tui.app.widgets.prompt_input import PromptInput
     prompt = pilot.app.query_one(PromptInput)
     prompt.focus()
     if typed:

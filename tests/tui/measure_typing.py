@@ -11,7 +11,7 @@ open(os.environ["LLMCHAT_CONFIG_DIR"]+"/settings.toml","w").write("kv_cache_gb=0
 from tiny_models import make_model
 model = sys.argv[1] if len(sys.argv) > 1 else make_model(tempfile.mkdtemp(), "llama", eos_token_id=383)
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.widgets.prompt_input import PromptInput
+from llmchat.tui.app.widgets.prompt_input import PromptInput
 from helpers import *
 async def main():
     app = LlmChatApp(model=str(model), show_welcome=False)

@@ -9,11 +9,11 @@ from helpers import notices, open_with_model, press, reply_done, send, wait_unti
 from textual.widgets import DataTable, Input, TabbedContent, TextArea
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.screens.help_screen import HelpScreen
-from llmchat.tui.screens.models_screen import ModelsScreen
-from llmchat.tui.screens.session_settings import SessionSettingsScreen
-from llmchat.tui.screens.welcome import WelcomeScreen
-from llmchat.tui.widgets.sidebar import Sidebar
+from llmchat.tui.app.screens.help_screen import HelpScreen
+from llmchat.tui.app.screens.models_screen import ModelsScreen
+from llmchat.tui.app.screens.session_settings import SessionSettingsScreen
+from llmchat.tui.app.screens.welcome import WelcomeScreen
+from llmchat.tui.app.widgets.sidebar import Sidebar
 
 SIZE = (140, 40)
 
@@ -181,8 +181,8 @@ async def test_a_theme_picked_in_the_app_is_remembered(dirs):
 
 
 async def test_chat_keys_do_nothing_over_a_dialog_and_work_again_after_it(dirs):
-    from llmchat.tui.screens.compare_screen import CompareScreen
-    from llmchat.tui.screens.main_screen import MainScreen
+    from llmchat.tui.app.screens.compare_screen import CompareScreen
+    from llmchat.tui.app.screens.main_screen import MainScreen
     app = LlmChatApp(show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.main_screen.current is not None, what="chat open")

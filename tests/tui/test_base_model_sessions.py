@@ -9,8 +9,8 @@ from helpers import notices, open_with_model, press, reply_done, wait_until
 from tiny_models import make_model, make_tokenizer
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.screens.chat_template_choice import ChatTemplateChoice
-from llmchat.tui.widgets.prompt_input import PromptInput
+from llmchat.tui.app.screens.chat_template_choice import ChatTemplateChoice
+from llmchat.tui.app.widgets.prompt_input import PromptInput
 
 SIZE = (140, 40)
 
@@ -67,7 +67,7 @@ async def test_cancel_keeps_the_message_and_asks_again(dirs, base_model):
 async def test_the_chat_template_is_a_session_setting_in_f3(dirs, base_model):
     from textual.widgets import Select
 
-    from llmchat.tui.screens.session_settings import SessionSettingsScreen
+    from llmchat.tui.app.screens.session_settings import SessionSettingsScreen
     app = LlmChatApp(model=str(base_model), show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         await open_with_model(pilot, app)

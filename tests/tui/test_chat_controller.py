@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from import_graph import import_graph
 
-from llmchat.tui.chat_controller import ChatController
-from llmchat.tui.chat_state import ChatMessage
-from llmchat.tui.db import ChatDatabase
-from llmchat.tui.engines import EngineManager
+from llmchat.tui.app.chat_controller import ChatController
+from llmchat.tui.app.chat_state import ChatMessage
+from llmchat.tui.app.db import ChatDatabase
+from llmchat.tui.app.engines import EngineManager
 from llmchat.tui.settings import Settings, SettingsStore
 
 
@@ -112,5 +112,5 @@ async def test_a_closing_ui_shows_no_session(tmp_path):
 
 def test_the_controller_and_its_streams_import_no_screen():
     graph = import_graph()
-    for module in ("llmchat.tui.chat_controller", "llmchat.tui.reply_streams", "llmchat.tui.chat_ui"):
-        assert not [t for t in graph[module] if t.startswith("llmchat.tui.screens")], module
+    for module in ("llmchat.tui.app.chat_controller", "llmchat.tui.app.reply_streams", "llmchat.tui.app.chat_ui"):
+        assert not [t for t in graph[module] if t.startswith("llmchat.tui.app.screens")], module

@@ -6,11 +6,11 @@ import threading
 from helpers import last_stats_line, notices, open_with_model, press, reply_done, send, set_session, wait_until
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.widgets.chat_view import ChatView
-from llmchat.tui.widgets.engine_panel import EnginePanel
-from llmchat.tui.widgets.message_view import MessageView
-from llmchat.tui.widgets.prompt_input import PromptInput
-from llmchat.tui.widgets.sidebar import Sidebar
+from llmchat.tui.app.widgets.chat_view import ChatView
+from llmchat.tui.app.widgets.engine_panel import EnginePanel
+from llmchat.tui.app.widgets.message_view import MessageView
+from llmchat.tui.app.widgets.prompt_input import PromptInput
+from llmchat.tui.app.widgets.sidebar import Sidebar
 
 SIZE = (140, 40)
 

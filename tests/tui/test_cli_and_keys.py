@@ -8,12 +8,12 @@ from pathlib import Path
 from textual.binding import Binding
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.app_main import prepare_model
+from llmchat.tui.app.main import prepare_model
 from llmchat.tui.cli import main as cli_main
-from llmchat.tui.commands import ACTIONS
-from llmchat.tui.screens.main_screen import MainScreen
-from llmchat.tui.code_blocks import code_blocks
-from llmchat.tui.widgets.message_view import MessageView
+from llmchat.tui.app.commands import ACTIONS
+from llmchat.tui.app.screens.main_screen import MainScreen
+from llmchat.tui.app.code_blocks import code_blocks
+from llmchat.tui.app.widgets.message_view import MessageView
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "store"))
 from gguf_writer import write_llama_gguf  # noqa: E402

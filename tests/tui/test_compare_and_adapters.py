@@ -10,9 +10,9 @@ from textual.widgets import DataTable, SelectionList, TabbedContent, TextArea
 
 from llmchat.engine.store import ModelStore
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.screens.compare_report import CompareReportScreen
-from llmchat.tui.screens.compare_screen import CompareColumn, CompareScreen
-from llmchat.tui.screens.models_screen import ModelsScreen
+from llmchat.tui.app.screens.compare_report import CompareReportScreen
+from llmchat.tui.app.screens.compare_screen import CompareColumn, CompareScreen
+from llmchat.tui.app.screens.models_screen import ModelsScreen
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "lora"))
 from lora_helpers import make_adapter  # noqa: E402
@@ -132,6 +132,6 @@ async def test_a_compare_column_being_replaced_is_not_synced():
 
 
 def test_report_scores_read_as_words():
-    from llmchat.tui.screens.compare_report import result_stats
+    from llmchat.tui.app.screens.compare_report import result_stats
     line = result_stats({"generated_tokens": 3, "scores": {"exact_match": False, "contains": True}})
     assert line.endswith("exact match: no · contains: yes") and "=" not in line

@@ -5,8 +5,8 @@ from helpers import notices, open_with_model, press, reply_done, send, set_sessi
 from textual.widgets import Input
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.screens.session_settings import SessionSettingsScreen
-from llmchat.tui.widgets.prompt_input import PromptInput
+from llmchat.tui.app.screens.session_settings import SessionSettingsScreen
+from llmchat.tui.app.widgets.prompt_input import PromptInput
 
 SIZE = (140, 40)
 
@@ -47,7 +47,7 @@ async def test_a_send_that_fails_leaves_the_chat_as_it_was(dirs, chat_model):
 
 
 async def test_welcome_import_focuses_the_path_and_the_first_model_is_used(dirs, chat_model):
-    from llmchat.tui.screens.models_screen import ModelsScreen
+    from llmchat.tui.app.screens.models_screen import ModelsScreen
     app = LlmChatApp()
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: type(app.screen).__name__ == "WelcomeScreen", what="welcome")
@@ -63,7 +63,7 @@ async def test_welcome_import_focuses_the_path_and_the_first_model_is_used(dirs,
 
 async def test_f4_and_f3_focus_their_first_field(dirs, chat_model):
     from llmchat.engine.store import ModelStore
-    from llmchat.tui.screens.models_screen import ModelsScreen
+    from llmchat.tui.app.screens.models_screen import ModelsScreen
     name = ModelStore().import_path(chat_model).name
     app = LlmChatApp(show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -93,7 +93,7 @@ async def test_a_streaming_reply_shows_its_own_rate(dirs, long_model):
 
 async def test_import_takes_a_name_and_a_second_import_says_it_is_there(dirs, chat_model):
     from llmchat.engine.store import ModelStore
-    from llmchat.tui.screens.models_screen import ModelsScreen
+    from llmchat.tui.app.screens.models_screen import ModelsScreen
     app = LlmChatApp(show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.main_screen.current is not None, what="session")

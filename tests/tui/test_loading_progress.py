@@ -7,8 +7,8 @@ from textual.app import App
 from textual.widgets import ProgressBar
 
 from llmchat.engine import LLM
-from llmchat.tui.engines import EngineManager
-from llmchat.tui.widgets.engine_panel import EnginePanel
+from llmchat.tui.app.engines import EngineManager
+from llmchat.tui.app.widgets.engine_panel import EnginePanel
 
 
 def test_the_engine_reports_bytes_read_then_prepared(tiny_model_dir):

@@ -10,9 +10,9 @@ from helpers import notices, wait_until
 from textual.widgets import DataTable, Input, OptionList, ProgressBar, TabbedContent
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.screens.dialogs import Confirm
-from llmchat.tui.screens.models_screen import ModelsScreen
-from llmchat.tui.screens.quant_picker import QuantPicker
+from llmchat.tui.app.screens.dialogs import Confirm
+from llmchat.tui.app.screens.models_screen import ModelsScreen
+from llmchat.tui.app.screens.quant_picker import QuantPicker
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "store"))
 from fake_hub import FakeHubServer, FakeRepo  # noqa: E402

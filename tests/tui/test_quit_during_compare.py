@@ -4,7 +4,7 @@ from __future__ import annotations
 from helpers import press
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.screens.compare_screen import CompareScreen
+from llmchat.tui.app.screens.compare_screen import CompareScreen
 
 
 async def test_quit_right_after_opening_compare(dirs, chat_model):

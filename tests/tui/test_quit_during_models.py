@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers import press, quit_while_mounting
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.screens.models_screen import ModelsScreen
+from llmchat.tui.app.screens.models_screen import ModelsScreen
 
 
 async def test_quit_right_after_opening_models(dirs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers import open_with_model, press, quit_while_mounting
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.screens.session_settings import SessionSettingsScreen
+from llmchat.tui.app.screens.session_settings import SessionSettingsScreen
 
 
 async def open_settings(pilot, app) -> None:

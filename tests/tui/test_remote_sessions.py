@@ -18,10 +18,10 @@ from textual.widgets import DataTable, Label, TabbedContent
 
 from llmchat.engine import LLM, SamplingParams
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.screens.models_screen import ModelsScreen
-from llmchat.tui.screens.session_settings import SessionSettingsScreen
-from llmchat.tui.widgets.engine_panel import EnginePanel
-from llmchat.tui.widgets.prompt_input import PromptInput
+from llmchat.tui.app.screens.models_screen import ModelsScreen
+from llmchat.tui.app.screens.session_settings import SessionSettingsScreen
+from llmchat.tui.app.widgets.engine_panel import EnginePanel
+from llmchat.tui.app.widgets.prompt_input import PromptInput
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "server"))
 from server_helpers import ThreadServer, cli_server, serve_settings, wait_healthy  # noqa: E402

@@ -8,8 +8,8 @@ from textual.widgets import Input
 from tiny_models import make_model
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.generation import finish_reason
-from llmchat.tui.screens.session_settings import SessionSettingsScreen
+from llmchat.tui.app.generation import finish_reason
+from llmchat.tui.app.screens.session_settings import SessionSettingsScreen
 
 SIZE = (140, 40)
 CONTEXT = 64

@@ -8,9 +8,9 @@ from helpers import notices, reply_done, send, wait_until
 from llmchat.engine.metrics import MetricsSnapshot
 from llmchat.engine.store import ModelStore
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.chat_state import ReplyStats
-from llmchat.tui.widgets.chat_view import ChatView
-from llmchat.tui.widgets.engine_panel import HISTORY, EnginePanel
+from llmchat.tui.app.chat_state import ReplyStats
+from llmchat.tui.app.widgets.chat_view import ChatView
+from llmchat.tui.app.widgets.engine_panel import HISTORY, EnginePanel
 
 # Every screen at a roomy terminal and at the smallest common one (every field must show at 80x24).
 SIZES = pytest.mark.parametrize("size", [(160, 48), (80, 24)], ids=["160x48", "80x24"])
@@ -136,8 +136,8 @@ def test_compare_screen(dirs, chat_model, snap_compare, size):
 
 @SIZES
 def test_help_screen(dirs, snap_compare, size, monkeypatch):
-    monkeypatch.setattr("llmchat.tui.screens.help_screen.data_dir", lambda: "~/.local/share/llmchat")
-    monkeypatch.setattr("llmchat.tui.screens.help_screen.config_dir", lambda: __import__("pathlib").Path("~/.config/llmchat"))
+    monkeypatch.setattr("llmchat.tui.app.screens.help_screen.data_dir", lambda: "~/.local/share/llmchat")
+    monkeypatch.setattr("llmchat.tui.app.screens.help_screen.config_dir", lambda: __import__("pathlib").Path("~/.config/llmchat"))
     app = LlmChatApp(show_welcome=False)
 
     async def run_before(pilot):

@@ -6,9 +6,9 @@ import sqlite3
 
 import pytest
 
-from llmchat.tui.chat_state import ChatMessage, ReplyStats, SessionSettings
-from llmchat.tui.db import MIGRATIONS, SCHEMA_VERSION, ChatDatabase
-from llmchat.tui.export import export_session, session_to_json, session_to_markdown
+from llmchat.tui.app.chat_state import ChatMessage, ReplyStats, SessionSettings
+from llmchat.tui.app.db import MIGRATIONS, SCHEMA_VERSION, ChatDatabase
+from llmchat.tui.app.export import export_session, session_to_json, session_to_markdown
 from llmchat.tui.settings import Settings, SettingsStore
 
 

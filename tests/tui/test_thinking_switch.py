@@ -10,13 +10,13 @@ from gguf_models import write_gguf
 from tiny_models import make_model, make_tokenizer
 
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.app_main import prepare_model
-from llmchat.tui.chat_state import ChatMessage
-from llmchat.tui.reasoning import split_reasoning
-from llmchat.tui.screens.session_settings import SessionSettingsScreen
-from llmchat.tui.widgets.chat_view import ChatView
-from llmchat.tui.widgets.message_view import MessageView
-from llmchat.tui.widgets.prompt_input import PromptInput
+from llmchat.tui.app.main import prepare_model
+from llmchat.tui.app.chat_state import ChatMessage
+from llmchat.tui.app.reasoning import split_reasoning
+from llmchat.tui.app.screens.session_settings import SessionSettingsScreen
+from llmchat.tui.app.widgets.chat_view import ChatView
+from llmchat.tui.app.widgets.message_view import MessageView
+from llmchat.tui.app.widgets.prompt_input import PromptInput
 
 SIZE = (140, 40)
 # As SmolLM3's: thinking off puts an empty reasoning block in the prompt, so the model answers at once.

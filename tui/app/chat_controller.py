@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..paths import exports_dir
+from ..settings import Settings, SettingsStore
 from .chat_prompt import RAW
 from .chat_state import ChatMessage, ChatSession, SessionSettings
 from .chat_ui import ChatUI
@@ -12,9 +14,7 @@ from .code_blocks import code_blocks
 from .db import ChatDatabase
 from .engines import EngineManager
 from .export import export_session
-from .paths import exports_dir
 from .reply_streams import ReplyStreams
-from .settings import Settings, SettingsStore
 
 
 class ChatController:

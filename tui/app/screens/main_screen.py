@@ -16,13 +16,13 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
+from ...settings import Settings, SettingsStore
 from ..chat_controller import ChatController
 from ..chat_state import ChatMessage, ChatSession
 from ..db import ChatDatabase
 from ..engines import EngineManager
 from ..generation import EXPECTED_ERRORS
 from ..model_choices import known_models, library_names, model_defaults, supports_thinking
-from ..settings import Settings, SettingsStore
 from ..widgets.chat_view import ChatView
 from ..widgets.engine_panel import EnginePanel
 from ..widgets.message_view import MessageView

@@ -6,7 +6,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-from ..paths import config_dir, data_dir
+from ...paths import config_dir, data_dir
 
 
 def key_rows(bindings) -> list[str]:

@@ -10,16 +10,16 @@ from textual.binding import Binding
 
 from llmchat.engine.remote import merge_endpoints
 
+from ..paths import config_dir, data_dir
+from ..settings import SettingsStore
 from .chat_controller import ChatController
 from .commands import ActionsProvider
 from .db import ChatDatabase
 from .engines import EngineManager
-from .paths import config_dir, data_dir
 from .screens.compare_report import CompareReportScreen, load_report
 from .screens.dialogs import TextPrompt
 from .screens.help_screen import HelpScreen
 from .screens.main_screen import MainScreen
-from .settings import SettingsStore
 
 
 class LlmChatApp(App):

@@ -7,8 +7,8 @@ from pathlib import Path
 from llmchat.engine.remote import is_remote, merge_endpoints, parse_endpoint_arg, split_remote
 from llmchat.engine.store import ModelStore, resolve_model
 
+from ..paths import data_dir
 from .app import LlmChatApp
-from .paths import data_dir
 
 
 def prepare_model(model: str) -> str:
