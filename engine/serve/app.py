@@ -20,8 +20,10 @@ from .security import AccessMiddleware
 from .state import ServerState
 
 GENERATION_ERRORS = error_responses(400, 401, 404, 413, 429, 500, 503)
+# each server-sent event: a `data:` line holding a chunk's JSON, the last one "[DONE]"
+SSE_EVENT = {"type": "object", "properties": {"data": {"type": "string"}}, "required": ["data"]}
 STREAM_OR_JSON = {200: {"description": "the completion (JSON), or with stream: true its server-sent events",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+                        "content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 
 
 def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
@@ -43,7 +45,7 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
     metrics = ServerMetrics(state)
     app.state.server = state
 
-    app.openapi = lambda: truthful_openapi(app)
+    app.openapi = lambda: truthful_openapi(app, state)
 
     @app.get("/health", summary="200 when the models are loaded, 503 while loading or if loading failed",
              responses=error_responses(503))

@@ -24,7 +24,7 @@ class JsonObjectFormat(Body):
 class JsonSchemaSpec(Body):
     name: str = Field("response", max_length=64)
     description: str | None = None
-    schema_: dict | bool = Field({}, alias="schema", description="the JSON schema the reply follows")
+    schema_: dict = Field({}, alias="schema", description="the JSON schema the reply follows")
     strict: bool | None = Field(None, description="always enforced: the reply is decoded under the schema")
 
 
@@ -38,7 +38,7 @@ ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Fie
 
 class StructuredOutputsSpec(Body):
     """vLLM's structured_outputs: give exactly one."""
-    json_: dict | bool | str | None = Field(None, alias="json", description="a JSON schema")
+    json_: dict | str | None = Field(None, alias="json", description="a JSON schema (an object, or its text)")
     regex: str | None = None
     choice: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
     grammar: str | None = Field(None, description="a Lark (llguidance) or GBNF (llama.cpp) grammar")

@@ -13,12 +13,12 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from ..chat import Continuation, TemplatedChat
 from ..sampling_params import SamplingParams
 from ..structured_outputs import StructuredOutputs
-from .body import Body
+from .body import Body, FalseOnly, Int, IntIn
 from .constraints import ResponseFormat, StructuredOutputsSpec, requested_constraint
 from .errors import ApiError
 from .tools import Tool, ToolChoice, ToolPlan, plan_tools, written_out
@@ -42,6 +42,9 @@ class NonBlankPart(ContentPart):
     text: NonBlank
 
 
+NonBlankParts = Annotated[list[NonBlankPart], Field(min_length=1)]
+
+
 class CalledFunction(Body):
     name: str
     arguments: str | dict = Field("{}", description="the arguments object, as JSON text (OpenAI) or an object")
@@ -55,13 +58,13 @@ class PastToolCall(Body):
 
 class InstructionMessage(Body):
     role: Literal["system", "developer"]
-    content: NonBlank | list[NonBlankPart] = Field(..., min_length=1)
+    content: NonBlank | NonBlankParts
     name: str | None = None
 
 
 class UserMessage(Body):
     role: Literal["user"]
-    content: NonBlank | list[NonBlankPart] = Field(..., min_length=1)
+    content: NonBlank | NonBlankParts
     name: str | None = None
 
 
@@ -87,18 +90,18 @@ ChatMessage = Annotated[InstructionMessage | UserMessage | AssistantMessage | To
 
 class _Sampling(Body):
     model: str | None = Field(None, description="a model id from GET /v1/models; default: the first model")
-    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_tokens: IntIn(1, INT32_MAX) | None = Field(None)
     temperature: float | None = Field(None, ge=0, le=2, description="0 = greedy; default: the model's")
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="0 or -1 = off")
+    top_k: IntIn(-1, INT32_MAX) | None = Field(None, description="0 or -1 = off")
     min_p: float | None = Field(None, ge=0, le=1)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     repetition_penalty: float | None = Field(None, gt=0, le=10, description="1 = off (transformers' semantics)")
-    seed: int | None = Field(None, ge=-2**63, le=2**64 - 1)
+    seed: Int | None = Field(None, description="any integer (taken modulo 2**64)")
     stop: Annotated[str, Field(min_length=1)] | list[Annotated[str, Field(min_length=1)]] | None = Field(
         None, max_length=16)
-    n: int | None = Field(1, ge=1, le=1, description="one choice per request")
+    n: IntIn(1, 1) | None = Field(1, description="one choice per request")
     stream: bool | None = False
     stream_options: StreamOptions | None = Field(None, description="read when stream is true")
     ignore_eos: bool | None = False
@@ -107,7 +110,7 @@ class _Sampling(Body):
     structured_outputs: StructuredOutputsSpec | None = Field(None, description="vLLM's: one of json, regex, "
                                                              "choice, grammar, json_object")
     grammar: str | None = Field(None, description="llama-server's: a GBNF (or Lark) grammar the reply follows")
-    json_schema: dict | bool | None = Field(None, description="llama-server's: a JSON schema the reply follows")
+    json_schema: dict | None = Field(None, description="llama-server's: a JSON schema the reply follows")
 
     def constraint(self) -> StructuredOutputs | None:
         return requested_constraint(self.response_format, self.structured_outputs, self.grammar, self.json_schema)
@@ -139,16 +142,26 @@ class ChatPlan:
 
 
 class ChatCompletionRequest(_Sampling):
+    # as OpenAI rules: tool_choice only beside tools
+    model_config = ConfigDict(json_schema_extra={"dependentRequired": {"tool_choice": ["tools"]}})
+
     messages: list[ChatMessage] = Field(..., min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_completion_tokens: IntIn(1, INT32_MAX) | None = Field(None)
     logprobs: bool | None = False
-    top_logprobs: int | None = Field(None, ge=0, le=20, description="read when logprobs is true")
-    tools: list[Tool] | None = None
+    top_logprobs: IntIn(0, 20) | None = Field(None, description="read when logprobs is true")
+    tools: list[Tool] | None = Field(None, min_length=1)
     tool_choice: ToolChoice | None = Field(None, description="default: auto with tools, none without")
     parallel_tool_calls: bool | None = True
     continue_final_message: bool | None = Field(
         False, description="vLLM's extension: go on with the last message instead of a new reply")
     add_generation_prompt: bool | None = Field(True, description="false: the prompt ends with the last message")
+
+    @model_validator(mode="after")
+    def _tool_choice_needs_tools(self):
+        if "tool_choice" in self.model_fields_set and "tools" not in self.model_fields_set:
+            # an ApiError passes through pydantic as it is: a 400 naming the parameter
+            raise ApiError(400, "tool_choice is only allowed when tools are given", param="tool_choice")
+        return self
 
     def to_engine(self, chat_template) -> ChatPlan:
         """`chat_template`: the model's (it decides the tool format)."""
@@ -186,7 +199,7 @@ class ChatCompletionRequest(_Sampling):
         return repr(choice) if isinstance(choice, str) else repr(choice.function.name)
 
 
-TokenIds = list[Annotated[int, Field(ge=0, le=INT32_MAX)]]
+TokenIds = list[IntIn(0, INT32_MAX)]
 
 # a batch of prompts holds one: one choice per request
 OneText = Annotated[list[str], Field(min_length=1, max_length=1)]
@@ -196,11 +209,11 @@ OneIdList = Annotated[list[TokenIds], Field(min_length=1, max_length=1)]
 class CompletionRequest(_Sampling):
     prompt: str | TokenIds | OneText | OneIdList = Field(
         "", description="text or token ids, one prompt (a list holds at most one); empty: the start of a document")
-    max_tokens: int | None = Field(16, ge=1, le=INT32_MAX)
-    logprobs: int | None = Field(None, ge=0, le=20)
-    echo: Literal[False] | None = Field(False, description="not served: false only")
+    max_tokens: IntIn(1, INT32_MAX) | None = Field(16)
+    logprobs: IntIn(0, 20) | None = Field(None)
+    echo: FalseOnly | None = Field(False, description="not served: false only")
     suffix: Literal[""] | None = Field(None, description="not served (no insertion)")
-    best_of: int | None = Field(None, ge=1, le=1, description="one choice per request")
+    best_of: IntIn(1, 1) | None = Field(None, description="one choice per request")
 
     def to_engine(self, tokenizer) -> tuple[str | list[int], SamplingParams]:
         prompt = _one_prompt(self.prompt, tokenizer)

@@ -70,9 +70,7 @@ def plan_tools(tools: list[Tool] | None, choice: ToolChoice | None, parallel: bo
                template) -> ToolPlan | None:
     """None when the request uses no tools (none given, or tool_choice "none": the prompt carries none)."""
     choice = choice or "auto"
-    if not tools:
-        if choice in ("required",) or isinstance(choice, NamedToolChoice):
-            raise ApiError(400, "tool_choice asks for a tool call but no tools are given", param="tool_choice")
+    if not tools:   # the schema makes tool_choice need tools: this is only tool_choice's default
         return None
     if choice == "none":
         return None
