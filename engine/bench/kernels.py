@@ -31,6 +31,7 @@ import time
 
 import torch
 
+import llmchat.kernels as K
 from llmchat.kernels.memory import advise_huge_pages, huge_page_zeros
 
 POOL_MB = 512  # KV pool well above the L3 size, rotated between runs
@@ -57,8 +58,6 @@ class ReadProbe:
     through torch's sum and through the kernels' vector-load sum (read_sum), whichever reads faster."""
 
     def __init__(self, mbytes: int = POOL_MB):
-        import llmchat.kernels as K
-
         # mbytes MiB of fp32 in huge pages like the KV pool (on 4 KiB pages the same sums read ~10-15% slower)
         self.x = huge_page_zeros((mbytes << 18,), torch.float32).fill_(1.0)
         self.readers = {"torch_sum": self.x.sum, "read_sum": lambda: K.read_sum(self.x)}
@@ -136,8 +135,6 @@ def decode_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int
                 per_group: int | None = None) -> dict:
     """Decode attention over a cold paged pool; with a probe, also its share of read bandwidth, as the
     median of `pairs` (kernel, probe) measurements taken back to back."""
-    import llmchat.kernels as K
-
     per_group = default_blocks_per_group(bs) if per_group is None else per_group
     pool = _Pool(ctx, batch, hkv, d, bs, dtype, pool_mb, per_group)
     q = torch.randn(batch, hq, d).to(dtype)
@@ -180,8 +177,6 @@ def decode_case(ctx: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int
 
 
 def prefill_case(length: int, hq: int, hkv: int, d: int, dtype: torch.dtype, bs: int = 16, reps: int = 3) -> dict:
-    import llmchat.kernels as K
-
     nb = (length + bs - 1) // bs
     key = torch.randn(nb, hkv, bs, d).to(dtype)
     value = torch.randn(nb, hkv, bs, d).to(dtype)
@@ -203,8 +198,6 @@ def run(contexts=(1024, 4096, 8192, 16384), prefill_lengths=(512, 2048), dtype: 
         heads=(32, 8, 128), reps: int = 20, pool_mb: int = POOL_MB, block_size: int = 16,
         blocks_per_group: int | None = None) -> dict:
     """All figures as a dict (what --json prints)."""
-    import llmchat.kernels as K
-
     if not K.available():
         raise RuntimeError(f"llmchat kernels are not built: {K.load_error()}")
     dt = DTYPES[dtype]

@@ -22,11 +22,14 @@ from pathlib import Path
 import psutil
 import torch
 
+from llmchat import kernels
+
 from ..layers.linear import Linear
 from ..llm import LLM
 from ..model_loader import gguf_source
 from . import gguf_quality, llama_cpp
 from .common import baseline_env, fixed_length, prompt_ids
+from .kernels import ReadProbe
 
 MB = 1 << 20
 ONE_SESSION_RUNS = 3
@@ -166,9 +169,7 @@ def read_bandwidth(mib: int = 1024, passes: int = 3) -> dict:
     """Sequential read GB/s of this machine now: the best of `passes` sums over a `mib` MiB fp32 buffer (torch's
     sum and the kernels' vector-load read_sum, the faster one: engine/bench/kernels.py ReadProbe), torch's sum alone
     without the kernels."""
-    from llmchat import kernels
     if kernels.available():
-        from .kernels import ReadProbe
         probe = ReadProbe(mib)
         gbps = probe(passes)
         del probe
@@ -245,7 +246,6 @@ def _quantized_figures(result: dict, llm, gguf, folder, new_tokens: int, prompt_
 
 def kernel_paths() -> dict:
     """What computes here (kernels/): the vector path, bf16 projections (AMX tiles where granted), quantized ones."""
-    from llmchat import kernels
     if not kernels.available():
         return {}
     paths = {"vector": kernels.isa(), "bf16_projections": kernels.packed_isa(), "quantized": kernels.quant_isa(),

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         if args.command is None:
-            from llmchat.tui.app.main import run_app
+            from llmchat.tui.app.main import run_app   # Textual and the app: not loaded for a subcommand
             return run_app(model=args.model, endpoints=args.app_endpoints)
         return importlib.import_module(SUBCOMMANDS[args.command]).run(args)
     except KeyboardInterrupt:

@@ -51,7 +51,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.kernels:
-        from llmchat.engine.bench.kernels import main as kernels_main
+        from llmchat.engine.bench.kernels import main as kernels_main   # torch (~2 s): when asked, not on --help
         status = kernels_main(["--json"] if args.json else [])
         if not args.model:
             return status

@@ -61,7 +61,7 @@ def build_specs(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from llmchat.engine.serve import ServerSettings, serve   # FastAPI and uvicorn (~0.6 s): see build_specs
-    from llmchat.engine.serve.security import check_bind
+    from llmchat.engine.serve.security import check_bind   # with the server, as above
 
     api_key = args.api_key or os.environ.get("LLMCHAT_API_KEY") or None
     check_bind(args.host, api_key)               # before any model is resolved or loaded
