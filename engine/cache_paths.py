@@ -4,11 +4,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from platformdirs import user_cache_dir
+
 
 def cache_root() -> Path:
     """LLMCHAT_CACHE_DIR (`~` expanded), else the platform's user cache dir for llmchat."""
     override = os.environ.get("LLMCHAT_CACHE_DIR")
     if override:
         return Path(override).expanduser()
-    from platformdirs import user_cache_dir
     return Path(user_cache_dir("llmchat"))

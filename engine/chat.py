@@ -89,7 +89,7 @@ def load_tokenizer(model_path):
     snapshot = load_snapshot(folder)
     if snapshot is not None:
         return snapshot
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer   # transformers (~2 s): only when no tokenizer snapshot is saved yet
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(model_path), config=_tokenizer_facts(model_path))
     except (OSError, ValueError) as exc:
@@ -104,7 +104,7 @@ def _tokenizer_facts(model_path):
     model's own config class, whose import pulls in transformers' modeling stack, torch.distributed and sympy:
     ~75 MB resident that the engine never uses. None (AutoTokenizer's own lookup) without a config.json."""
 
-    from transformers import PreTrainedConfig
+    from transformers import PreTrainedConfig   # transformers (~2 s): with AutoTokenizer, as above
     path = Path(model_path) / "config.json"
     if not path.is_file():
         return None

@@ -18,6 +18,7 @@ from .models import MODEL_CLASSES, CausalLM, ModelArgs, parameter_target
 from .quant.gguf_model import load_gguf_weights
 from .quant.prepared_cache import PreparedCache
 from .quant.prepared_cache import identity as prepared_identity
+from .quant.quantize import quantize_model
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -174,7 +175,6 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
         total = read_bytes + model.preparation_bytes()
         load_weights(model, files, progress and (lambda done, _: progress(done, total)))
         if quantize:
-            from .quant.quantize import quantize_model
             quantize_model(model, quantize)
             total = read_bytes + model.preparation_bytes()
     model.finish_init(max_positions, progress and (lambda done: progress(read_bytes + done, total)),

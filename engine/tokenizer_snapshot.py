@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 from .cache_paths import cache_root
+from .chat_template_render import render_chat_template
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,6 @@ class SnapshotTokenizer:
     def apply_chat_template(self, conversation, tools=None, documents=None, chat_template: str | None = None,
                             add_generation_prompt: bool = False, continue_final_message=False, tokenize: bool = True,
                             return_dict: bool = True, **kwargs):
-        from .chat_template_render import render_chat_template
         template = self._template(chat_template, tools)
         if not conversation:
             raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
@@ -158,7 +160,6 @@ def load_snapshot(folder: Path, where: Path | None = None) -> SnapshotTokenizer 
     meta_path, backend_path = where / f"{key}.meta.json", where / f"{key}.tokenizer.json"
     if not meta_path.is_file():
         return None
-    from tokenizers import Tokenizer
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("version") != SNAPSHOT_VERSION:
@@ -186,7 +187,6 @@ def save_snapshot(folder: Path, tokenizer, where: Path | None = None) -> bool:
         meta = {"version": SNAPSHOT_VERSION, "class": type(tokenizer).__name__,
                 "chat_template": tokenizer.chat_template, "special_tokens_map": dict(tokenizer.special_tokens_map),
                 "all_special_ids": list(tokenizer.all_special_ids), "clean_up": clean_up}
-        from tokenizers import Tokenizer
         pipeline = backend.to_str()   # ~5 MB of JSON on a large vocabulary: serialized once
         candidate = SnapshotTokenizer(Tokenizer.from_str(pipeline), meta)
         mismatch = probe_mismatch(candidate, tokenizer)

@@ -105,7 +105,7 @@ def load_kernels():
     """The llmchat.kernels module if its extension is built, else None (after one warning)."""
     global _warned
     try:
-        import llmchat.kernels as kernels
+        import llmchat.kernels as kernels   # optional: a failed build or load falls back to torch ops
         if getattr(kernels, "available", None) and kernels.available():
             return kernels
         reason = kernels.load_error() or "the C++ extension is not built"

@@ -62,7 +62,7 @@ def text_part(config: dict[str, Any]) -> dict[str, Any]:
     arch = architecture_of(config)
     if not FAMILIES[arch].text_config:
         return config
-    from transformers import AutoConfig
+    from transformers import AutoConfig   # transformers (~2 s): only for a multimodal checkpoint's text_config
     text = dict(config.get("text_config") or {})
     model_type = text.pop("model_type", "gemma3_text")
     full = AutoConfig.for_model(model_type, **text).to_dict()

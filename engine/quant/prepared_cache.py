@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import os
 import struct
 import time
@@ -134,7 +135,6 @@ class PreparedCache:
 
     @staticmethod
     def _map_data(handle, start: int, nbytes: int) -> torch.Tensor:
-        import mmap
         mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
         whole = torch.frombuffer(mapping, dtype=torch.uint8)
         data = whole[start:start + nbytes]
