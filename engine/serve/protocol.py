@@ -21,7 +21,7 @@ from ..structured_outputs import StructuredOutputs
 from .body import Body, FalseOnly, Int, IntIn
 from .constraints import ResponseFormat, StructuredOutputsSpec, requested_constraint
 from .errors import ApiError
-from .tools import Tool, ToolChoice, ToolPlan, plan_tools, written_out
+from .tools import Tool, ToolChoice, ToolPlan, plan_tools, renders_tools, written_out
 
 INT32_MAX = 2**31 - 1
 
@@ -177,11 +177,10 @@ class ChatCompletionRequest(_Sampling):
         messages = [_message(m) for m in self.messages]
         params = self.sampling_params(max_tokens, logprobs, constraint)
         kwargs: dict = {}
-        if tools is not None:
-            if tools.in_template:
-                kwargs["tools"] = tools.tools
-            else:
-                messages = written_out(messages, tools.tools)
+        if tools is not None and tools.in_template:
+            kwargs["tools"] = tools.tools
+        elif tools is not None or (not renders_tools(chat_template) and _has_tool_turns(messages)):
+            messages = written_out(messages, tools.tools if tools is not None else None)
         prompt: object = messages
         if self.continue_final_message:
             if messages[-1]["role"] == "assistant":
@@ -242,6 +241,10 @@ def _message(m) -> dict:
     if isinstance(m, ToolMessage) and m.tool_call_id is not None:
         out["tool_call_id"] = m.tool_call_id
     return out
+
+
+def _has_tool_turns(messages: list[dict]) -> bool:
+    return any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
 
 
 def _past_call(call: PastToolCall) -> dict:

@@ -66,6 +66,10 @@ def template_text(template) -> str:
     return template or ""
 
 
+def renders_tools(template) -> bool:
+    return "tools" in template_text(template)
+
+
 def plan_tools(tools: list[Tool] | None, choice: ToolChoice | None, parallel: bool | None,
                template) -> ToolPlan | None:
     """None when the request uses no tools (none given, or tool_choice "none": the prompt carries none)."""
@@ -87,7 +91,7 @@ def plan_tools(tools: list[Tool] | None, choice: ToolChoice | None, parallel: bo
         chosen = declared
     text = template_text(template)
     style = LLAMA3 if (CALL_OPEN not in text and '"parameters"' in text) else HERMES
-    in_template = "tools" in text
+    in_template = renders_tools(template)
     # a named function is called once (OpenAI forces "a call to it"); otherwise parallel_tool_calls decides
     parallel = parallel is not False and not isinstance(choice, NamedToolChoice)
     constraint = None
@@ -129,8 +133,9 @@ def system_prompt(tools: list[dict]) -> str:
             '{"name": <function name>, "arguments": <arguments as a JSON object>}\n' + CALL_CLOSE)
 
 
-def written_out(messages: list[dict], tools: list[dict]) -> list[dict]:
-    """Messages for a template without tools: the tools in the system message, past calls and results as text."""
+def written_out(messages: list[dict], tools: list[dict] | None) -> list[dict]:
+    """Messages for a template without tools: the tools (if any) in the system message, past calls and results
+    as text."""
     out = []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
@@ -142,6 +147,8 @@ def written_out(messages: list[dict], tools: list[dict]) -> list[dict]:
             out.append({"role": "user", "content": f"<tool_response>\n{m['content']}\n</tool_response>"})
         else:
             out.append(m)
+    if not tools:
+        return out
     prompt = system_prompt(tools)
     if out and out[0]["role"] == "system":
         return [{**out[0], "content": f"{out[0]['content']}\n\n{prompt}"}, *out[1:]]

@@ -21,14 +21,16 @@ def served_model(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def structured_server(tmp_path_factory):
-    """One server with the tiny tool-calling model ("tools") and two thinking ones ("opens-think": its template
-    opens <think>; "model-thinks": the model does)."""
+    """One server with the tiny tool-calling models ("tools": Hermes/Qwen calls, "llama3-tools": Llama 3's JSON
+    form) and two thinking ones ("opens-think": its template opens <think>; "model-thinks": the model does)."""
     from server_helpers import ThreadServer, serve_settings
-    from structured_models import MODEL_THINKS_TEMPLATE, OPEN_THINK_TEMPLATE, TOOLS_TEMPLATE, make_templated_model
+    from structured_models import (LLAMA3_TOOLS_TEMPLATE, MODEL_THINKS_TEMPLATE, OPEN_THINK_TEMPLATE, TOOLS_TEMPLATE,
+                                   make_templated_model)
 
     from llmchat.engine.serve import ModelSpec
     tmp = tmp_path_factory.mktemp("structured")
     specs = [ModelSpec(name, make_templated_model(tmp / name, template)) for name, template in (
-        ("tools", TOOLS_TEMPLATE), ("opens-think", OPEN_THINK_TEMPLATE), ("model-thinks", MODEL_THINKS_TEMPLATE))]
+        ("tools", TOOLS_TEMPLATE), ("llama3-tools", LLAMA3_TOOLS_TEMPLATE), ("opens-think", OPEN_THINK_TEMPLATE),
+        ("model-thinks", MODEL_THINKS_TEMPLATE))]
     with ThreadServer(specs, serve_settings(engine_kwargs={"kv_cache_gb": 0.1})) as server:
         yield server

@@ -46,3 +46,15 @@ def make_templated_model(path: Path, template: str, arch: str = "qwen2") -> Path
     tokenizer.chat_template = template
     tokenizer.save_pretrained(path)
     return path
+
+# Llama 3.x's JSON tool-call form: the reply is {"name": ..., "parameters": {...}}
+LLAMA3_TOOLS_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\nAnswer a call as JSON: {\"name\": function name, \"parameters\": "
+    "dictionary of argument name and its value}.\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "<|im_end|>\n{% endif %}"
+    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{%- if message.tool_calls %}{% for call in message.tool_calls %}{\"name\": \"{{ call.function.name }}\", "
+    "\"parameters\": {{ call.function.arguments | tojson }}}{% endfor %}"
+    "{%- else %}{{ message.content }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)

@@ -40,7 +40,8 @@ def assert_valid_calls(calls, names=tuple(SCHEMAS)):
 def streamed(client, **kwargs):
     """(content, tool calls as {index: (id, name, arguments)}, finish_reason, the tool-call deltas in order)."""
     content, calls, deltas, reason = "", {}, [], None
-    for chunk in client.chat.completions.create(model="tools", stream=True, **kwargs):
+    kwargs.setdefault("model", "tools")
+    for chunk in client.chat.completions.create(stream=True, **kwargs):
         if not chunk.choices:
             continue
         choice = chunk.choices[0]
@@ -187,3 +188,43 @@ def test_tools_on_a_template_without_tools_go_in_a_system_message(tmp_path):
         prompt = render_chat(server.engine().tokenizer, plan.prompt)
         assert "<tools>" in prompt and "<tool_response>\nsunny\n</tool_response>" in prompt
         assert call.function.arguments in prompt
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_llama3_json_calls(client, stream):
+    """A template in Llama 3's form: the reply is the call's JSON itself, with "parameters"."""
+    required = dict(messages=USER, tools=TOOLS, tool_choice="required", max_tokens=120, temperature=1.0, seed=4)
+    written = dict(messages=USER, tools=TOOLS, max_tokens=120, extra_body={"structured_outputs": {
+        "regex": '\\{"name": "get_time", "parameters": \\{"zone": "UTC"\\}\\}'}})
+    plain = dict(messages=USER, tools=TOOLS, max_tokens=120, extra_body={"structured_outputs": {
+        "regex": "No call \\{needed\\}"}})
+    if stream:
+        _, calls, reason, _ = streamed(client, model="llama3-tools", **required)
+        assert reason == "tool_calls" and calls[0][1] in SCHEMAS
+        jsonschema.validate(json.loads(calls[0][2]), SCHEMAS[calls[0][1]])
+        _, calls, reason, _ = streamed(client, model="llama3-tools", **written)
+        assert calls[0][1:] == ("get_time", '{"zone": "UTC"}') and reason == "tool_calls"
+        content, calls, reason, _ = streamed(client, model="llama3-tools", **plain)
+        assert (content, calls, reason) == ("No call {needed}", {}, "stop")
+        return
+    reply = client.chat.completions.create(model="llama3-tools", **required)
+    assert reply.choices[0].finish_reason == "tool_calls"
+    assert_valid_calls(reply.choices[0].message.tool_calls)
+    reply = client.chat.completions.create(model="llama3-tools", **written)
+    assert reply.choices[0].message.tool_calls[0].function.arguments == '{"zone": "UTC"}'
+    reply = client.chat.completions.create(model="llama3-tools", **plain)
+    assert reply.choices[0].message.content == "No call {needed}" and not reply.choices[0].message.tool_calls
+
+
+def test_past_calls_reach_a_template_without_tools_even_with_tool_choice_none(structured_server):
+    from tiny_models import CHAT_TEMPLATE, make_tokenizer
+    tokenizer = make_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    history = [*USER, {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": "get_time", "arguments": '{"zone": "UTC"}'}}]}, {"role": "tool", "tool_call_id": "call_1",
+                                                                 "content": "12:00"}]
+    for body in ({"tools": TOOLS, "tool_choice": "none"}, {}):
+        plan = ChatCompletionRequest(messages=history, **body).to_engine(CHAT_TEMPLATE)
+        prompt = render_chat(tokenizer, plan.prompt)
+        assert '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>' in prompt
+        assert "<tool_response>\n12:00\n</tool_response>" in prompt and "<tools>" not in prompt
