@@ -18,11 +18,17 @@ def truthful_openapi(app: FastAPI, state) -> dict:
     components = schema.get("components", {}).get("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
-    if state.ready and state.engines:
-        vocab = min(engine.engine.vocab_size for engine in state.engines.values())
-        _bound_token_ids(components["CompletionRequest"]["properties"]["prompt"], vocab - 1)
+    if state.ready:
+        vocabularies = [_vocab_size(engine) for engine in state.engines.values()]
+        if vocabularies and None not in vocabularies:
+            _bound_token_ids(components["CompletionRequest"]["properties"]["prompt"], min(vocabularies) - 1)
         app.openapi_schema = schema
     return schema
+
+
+def _vocab_size(engine) -> int | None:
+    """An AsyncEngine's vocabulary (the model's, which may exceed the tokenizer's); None for another engine."""
+    return getattr(getattr(engine, "engine", None), "vocab_size", None)
 
 
 def _bound_token_ids(node, largest: int) -> None:

@@ -9,7 +9,6 @@ add_generation_prompt, structured_outputs, grammar and json_schema.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -21,71 +20,14 @@ from ..structured_outputs import StructuredOutputs
 from .body import Body, FalseOnly, Int, IntIn
 from .constraints import ResponseFormat, StructuredOutputsSpec, requested_constraint
 from .errors import ApiError
+from .messages import ChatMessage, has_tool_turns, template_message
 from .tools import Tool, ToolChoice, ToolPlan, plan_tools, renders_tools, written_out
 
 INT32_MAX = 2**31 - 1
 
 
-NonBlank = Annotated[str, Field(pattern=r"\S", description="text with at least one non-space character")]
-
-
 class StreamOptions(Body):
     include_usage: bool | None = False
-
-
-class ContentPart(Body):
-    type: Literal["text"]
-    text: str
-
-
-class NonBlankPart(ContentPart):
-    text: NonBlank
-
-
-NonBlankParts = Annotated[list[NonBlankPart], Field(min_length=1)]
-
-
-class CalledFunction(Body):
-    name: str
-    arguments: str | dict = Field("{}", description="the arguments object, as JSON text (OpenAI) or an object")
-
-
-class PastToolCall(Body):
-    id: str | None = None
-    type: Literal["function"] = "function"
-    function: CalledFunction
-
-
-class InstructionMessage(Body):
-    role: Literal["system", "developer"]
-    content: NonBlank | NonBlankParts
-    name: str | None = None
-
-
-class UserMessage(Body):
-    role: Literal["user"]
-    content: NonBlank | NonBlankParts
-    name: str | None = None
-
-
-class AssistantMessage(Body):
-    role: Literal["assistant"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[PastToolCall] | None = None
-    reasoning_content: str | None = Field(None, description="the reasoning before the answer (or `reasoning`)")
-    reasoning: str | None = None
-
-
-class ToolMessage(Body):
-    role: Literal["tool"]
-    content: str | list[ContentPart] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-ChatMessage = Annotated[InstructionMessage | UserMessage | AssistantMessage | ToolMessage,
-                        Field(discriminator="role")]
 
 
 class _Sampling(Body):
@@ -174,12 +116,12 @@ class ChatCompletionRequest(_Sampling):
                 raise ApiError(400, f"tool_choice {self._choice_name()} already constrains the reply to a tool "
                                     f"call: drop {constraint.parameter.split('.')[0]}", param="tool_choice")
             constraint = tools.constraint
-        messages = [_message(m) for m in self.messages]
+        messages = [template_message(m) for m in self.messages]
         params = self.sampling_params(max_tokens, logprobs, constraint)
         kwargs: dict = {}
         if tools is not None and tools.in_template:
             kwargs["tools"] = tools.tools
-        elif tools is not None or (not renders_tools(chat_template) and _has_tool_turns(messages)):
+        elif tools is not None or (not renders_tools(chat_template) and has_tool_turns(messages)):
             messages = written_out(messages, tools.tools if tools is not None else None)
         prompt: object = messages
         if self.continue_final_message:
@@ -217,47 +159,6 @@ class CompletionRequest(_Sampling):
     def to_engine(self, tokenizer) -> tuple[str | list[int], SamplingParams]:
         prompt = _one_prompt(self.prompt, tokenizer)
         return prompt, self.sampling_params(self.max_tokens, self.logprobs, self.constraint())
-
-
-def _text(content) -> str:
-    if isinstance(content, list):
-        return "".join(part.text for part in content)
-    return content or ""
-
-
-def _message(m) -> dict:
-    """A chat message as chat templates take it (transformers' conventions): role, text content, and for the
-    assistant its tool calls (arguments as an object) and reasoning."""
-    role = "system" if m.role == "developer" else m.role
-    out: dict = {"role": role, "content": _text(m.content)}
-    if m.name:
-        out["name"] = m.name
-    if isinstance(m, AssistantMessage):
-        if m.tool_calls:
-            out["tool_calls"] = [_past_call(c) for c in m.tool_calls]
-        reasoning = m.reasoning_content if m.reasoning_content is not None else m.reasoning
-        if reasoning:
-            out["reasoning_content"] = reasoning
-    if isinstance(m, ToolMessage) and m.tool_call_id is not None:
-        out["tool_call_id"] = m.tool_call_id
-    return out
-
-
-def _has_tool_turns(messages: list[dict]) -> bool:
-    return any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
-
-
-def _past_call(call: PastToolCall) -> dict:
-    arguments = call.function.arguments
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            pass   # kept as the text it is: the template writes it out
-    out = {"type": "function", "function": {"name": call.function.name, "arguments": arguments}}
-    if call.id is not None:
-        out["id"] = call.id
-    return out
 
 
 def _one_prompt(prompt, tokenizer) -> str | list[int]:

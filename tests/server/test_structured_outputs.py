@@ -115,8 +115,8 @@ def test_completions_take_constraints_too(http, structured_server):
 
 
 BAD = {
-    "response_format.json_schema.schema": {"response_format": {"type": "json_schema",
-                                                               "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
+    "response_format.json_schema.schema": {"response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
     "json_schema": {"json_schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}},
     "structured_outputs.regex": {"structured_outputs": {"regex": "a["}},
     "structured_outputs.grammar": {"structured_outputs": {"grammar": "start: foo("}},
