@@ -228,3 +228,17 @@ def test_past_calls_reach_a_template_without_tools_even_with_tool_choice_none(st
         prompt = render_chat(tokenizer, plan.prompt)
         assert '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>' in prompt
         assert "<tool_response>\n12:00\n</tool_response>" in prompt and "<tools>" not in prompt
+
+
+def test_a_tool_schema_the_library_refuses_is_a_400_naming_tools(structured_server):
+    import httpx
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}]
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        r = httpx.post(f"{structured_server.base_url}/v1/chat/completions", timeout=60, json={
+            "model": "tools", "messages": USER, "tools": bad, "tool_choice": choice})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+        assert "nonsense" in r.json()["error"]["message"]
+    # auto does not compile the schema: the template shows it, the reply is free
+    r = httpx.post(f"{structured_server.base_url}/v1/chat/completions", timeout=60, json={
+        "model": "tools", "messages": USER, "tools": bad, "max_tokens": 4})
+    assert r.status_code == 200, r.text
