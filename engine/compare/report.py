@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from llmchat.engine.compare import __version__
 from llmchat.engine.compare.plan import CompareSettings, Variant
 from llmchat.engine.compare.prompts import PromptError, PromptItem
 from llmchat.engine.compare.schema import SCHEMA_ID
@@ -87,7 +88,6 @@ def _result(record: dict, item: PromptItem) -> dict:
 
 
 def _run_info(inputs: CompareInputs, complete: bool) -> dict:
-    from llmchat.engine.compare import __version__
     path = Path(inputs.prompts_file).resolve()
     return {
         "llmchat_version": __version__,

@@ -49,7 +49,7 @@ def engine_factory(endpoints=()) -> Callable:
         if is_remote(str(path)):
             name, model_id = split_remote(str(path))
             return RemoteLLM(find_endpoint(list(endpoints), name), model_id)
-        from llmchat.engine import LLM
+        from llmchat.engine import LLM   # torch and the model code (~2 s): for a local model, when it runs
         return LLM(path, dtype=settings.dtype, kv_cache_gb=settings.kv_cache_gb)
     return make_engine
 

@@ -1,7 +1,7 @@
 """SamplingParams and prompts as an OpenAI-compatible request body."""
 from __future__ import annotations
 
-from ..chat import Continuation
+from ..chat import Continuation, validate_messages
 from ..sampling_params import SamplingParams
 from ..structured_outputs import StructuredOutputs
 
@@ -54,7 +54,6 @@ def request_body(model_id: str, prompt, params: SamplingParams) -> tuple[str, di
             raise ValueError("the prompt is empty")
         return "/completions", {**body, **constraint_fields(params.structured_outputs, chat=False), "prompt": prompt}
     if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
-        from ..chat import validate_messages
         validate_messages(list(prompt))
         return "/chat/completions", {**body, **chat_constraint, "messages": list(prompt)}
     raise ValueError("a remote model takes text or chat messages (token ids need the model's tokenizer)")

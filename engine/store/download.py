@@ -85,6 +85,7 @@ def verify(path: Path, expected_size: int | None, filename: str, sha256: str | N
 def fetch_blob(url: str, partial: Path, expected_size: int | None, headers: dict, tracker: Tracker,
                cancel: threading.Event | None, filename: str) -> None:
     """Download `url` into `partial`, continuing what is there; retries dropped connections."""
+    # httpx and huggingface_hub's session (~0.1 s): when a download runs, not whenever the store is imported
     import httpx2
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
@@ -140,6 +141,7 @@ def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: l
     """Download `files` of `commit` into the HF cache (resumable, verified) and link them into its snapshot."""
     cache = store.cache_dir
     sizes = {n: (s.lfs.size if s.lfs else s.size) for n, s in siblings.items()}
+    # huggingface_hub's download helpers (~0.3 s): when a download runs
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
     from huggingface_hub.utils import WeakFileLock, build_hf_headers
 

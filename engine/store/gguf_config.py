@@ -20,6 +20,7 @@ def family_config(reader, arch: str):
     """A transformers config object for a GGUF of these families, or None for the others."""
     if arch not in FAMILY_ARCHS:
         return None
+    # transformers and the GGUF reader (~2 s): only for a .gguf file of these families
     from transformers import Gemma3TextConfig, GraniteConfig, Phi3Config, SmolLM3Config
 
     from llmchat.engine.quant.gguf_tensors import field

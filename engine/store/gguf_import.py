@@ -31,7 +31,7 @@ def import_gguf(store, path: Path, progress=None, name: str | None = None, dtype
 
 
 def _choose_dtype(dtype: str, num_params: int):
-    import torch
+    import torch   # torch (~2 s): only when a .gguf file is dequantized
     if dtype == "auto":  # fp32 keeps small models exact; big ones would double the disk and RAM
         return torch.float32 if num_params < 2_000_000_000 else torch.bfloat16
     try:
@@ -43,7 +43,7 @@ def _choose_dtype(dtype: str, num_params: int):
 def _write_shards(tensors, out: Path, report) -> list[str]:
     """Write (name, tensor) pairs as model.safetensors or shards + index, flushing every SHARD_BYTES.
     Returns the names written."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file   # torch (~2 s): as above
     shards, current, size, total = [], {}, 0, 0
     for name, tensor in tensors:
         current[name] = tensor
@@ -97,6 +97,7 @@ class _Progress:
 
 
 def dequantize_gguf(store, path: Path, progress=None, name: str | None = None, dtype: str = "auto"):
+    # the model code and the GGUF reader (torch, gguf: ~2 s): only when a .gguf file is dequantized
     from llmchat.engine.model_loader import read_config
     from llmchat.engine.quant.gguf_export import dense_tensors
 

@@ -30,6 +30,7 @@ def base_name(stem: str) -> str:
 
 def quant_label(reader) -> str:
     """The file's quant as people name it (Q4_K_M, Q8_0...), from general.file_type, else its main tensor type."""
+    # gguf and the GGUF reader (torch, gguf: ~2 s): only for a .gguf file
     from gguf import LlamaFileType
 
     from llmchat.engine.quant.gguf_tensors import field, tensor_types
@@ -46,6 +47,7 @@ def quant_label(reader) -> str:
 def write_metadata(path: Path, out: Path, dtype: str | None, reader, stem: str) -> None:
     """config.json, tokenizer files and generation_config.json from the GGUF metadata, into `out`; dtype: the
     config's dtype (None: the engine chooses). Raises GGUFError if a tensor does not fit the config."""
+    # transformers and the GGUF reader (torch, gguf: ~2 s): only when a .gguf file is registered
     from transformers import GenerationConfig
 
     from llmchat.engine.quant.gguf_tensors import field
@@ -66,6 +68,7 @@ def write_metadata(path: Path, out: Path, dtype: str | None, reader, stem: str) 
     written = json.loads((out / "config.json").read_text())
     written["_name_or_path"] = base_name(stem)
     (out / "config.json").write_text(json.dumps(written, indent=2))
+    # the model code (torch, ~2 s): to check the file's tensors against the model, at registration only
     from llmchat.engine.model_loader import read_config
     from llmchat.engine.models import parameter_target
     from llmchat.engine.quant.gguf_model import check_shapes
@@ -81,6 +84,7 @@ def write_metadata(path: Path, out: Path, dtype: str | None, reader, stem: str) 
 def open_checked(path: Path):
     """(reader, architecture) of a GGUF file the engine can run, checked before anything is written; a
     StoreError with one clear line otherwise (junk, truncated, unknown architecture, unsupported type)."""
+    # the GGUF reader (torch, gguf: ~2 s): only for a .gguf file
     from llmchat.engine.quant.gguf_blocks import UnsupportedTensorType
     from llmchat.engine.quant.gguf_tensors import GGUFError, check_types, field, open_reader
     try:
@@ -123,6 +127,7 @@ def library_name(store, stem: str, name: str | None) -> str:
 def write_folder(store, reg_name: str, path: Path, fill) -> Path:
     """fill(folder) into a fresh `.part` folder, then moved into place: the library only ever sees a finished
     folder, and a failure leaves nothing behind. Errors about the file become one-line StoreErrors."""
+    # the GGUF reader (torch, gguf: ~2 s): only for a .gguf file
     from llmchat.engine.quant.gguf_tensors import GGUFError
     out = store.registry.dir / reg_name
     tmp = store.registry.dir / (reg_name + ".part")

@@ -10,6 +10,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from huggingface_hub import constants
+
 PARTIAL_SUFFIX = ".llmchat-partial"
 
 
@@ -19,7 +21,6 @@ def hub_cache_dir() -> Path:
         return Path(os.environ["HF_HUB_CACHE"]).expanduser()
     if os.environ.get("HF_HOME"):
         return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    from huggingface_hub import constants
     return Path(constants.HF_HUB_CACHE)
 
 

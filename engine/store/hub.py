@@ -11,6 +11,8 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
+from huggingface_hub import constants
+
 from .support import (GGUF_ARCHITECTURES, SUPPORTED_ARCHITECTURES, SUPPORTED_TEXT, architecture_reason,
                       gguf_architecture, gguf_quants, gguf_repo_reason, is_gguf_model_file, select_files,
                       weights_reason)
@@ -22,7 +24,6 @@ _DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I8": 1, "U8": 1, "F8_E
 
 
 def endpoint() -> str:
-    from huggingface_hub import constants
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
@@ -30,7 +31,7 @@ def token() -> str | None:
     """HF_TOKEN, else huggingface_hub's own login. Read per call, never copied into llmchat's config."""
     if os.environ.get("HF_TOKEN"):
         return os.environ["HF_TOKEN"]
-    from huggingface_hub import get_token
+    from huggingface_hub import get_token   # huggingface_hub's login helpers (~0.15 s): only without HF_TOKEN
     return get_token()
 
 
@@ -63,6 +64,7 @@ def ensure_online() -> None:
 @contextlib.contextmanager
 def hub_errors(repo_id: str | None = None, revision: str | None = None):
     """Turn huggingface_hub / httpx errors into StoreError subclasses with a clear message."""
+    # httpx and huggingface_hub's errors (~0.1 s): when the Hub is used, not whenever the store is imported
     import httpx2
     from huggingface_hub import errors as hf
     what = repo_id or "the Hub"
@@ -95,7 +97,7 @@ def hub_errors(repo_id: str | None = None, revision: str | None = None):
 
 
 def api():
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi   # huggingface_hub's client (~0.3 s): when the Hub is used
     return HfApi(endpoint=endpoint(), token=token(), library_name="llmchat")
 
 

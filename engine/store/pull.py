@@ -39,6 +39,7 @@ def cached_snapshot(cache: Path, repo_id: str, revision: str | None) -> Path | N
 
 def _fetch_json(repo_id: str, filename: str, commit: str) -> dict | None:
     """A small JSON file read into memory (not the cache): decide before downloading anything."""
+    # huggingface_hub's helpers (~0.1 s): when the Hub is used, not whenever the store is imported
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
     url = hf_hub_url(repo_id, filename, revision=commit, endpoint=endpoint())

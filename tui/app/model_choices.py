@@ -62,6 +62,7 @@ def template_source(model: str, data_path: Path) -> str:
 
 
 def _gguf_template(path: Path) -> str:
+    # the GGUF reader (torch, gguf: ~2 s): only for a .gguf model
     from llmchat.engine.quant.gguf_tensors import GGUFError, field, open_reader
     try:
         return field(open_reader(path), "tokenizer.chat_template") or ""
