@@ -31,9 +31,12 @@ def _held_back(text: str, tag: str) -> int:
 class ReasoningSplitter:
     """feed(text) -> (reasoning, answer) of the new text; finish() flushes what was held back."""
 
-    def __init__(self, in_reasoning: bool = False) -> None:
+    def __init__(self, in_reasoning: bool = False, unclosed_is_answer: bool = False) -> None:
         # "start": nothing but whitespace yet, a <think> may open; "reasoning"; "answer"
         self._state = "reasoning" if in_reasoning else "start"
+        # a reply shaped by a grammar may never close the <think> its prompt opened: then it is all answer, so
+        # the reasoning is held until its </think> shows
+        self._unclosed_is_answer = unclosed_is_answer
         self._pending = ""
         self._answer_started = False
         self._reasoning_started = False
@@ -56,6 +59,8 @@ class ReasoningSplitter:
                     reasoning += self._reasoning_text(before.rstrip())
                     self._pending, self._state = after.lstrip(), "answer"
                     continue
+                if self._unclosed_is_answer:
+                    break
                 # held back: a tag's possible start, and trailing whitespace (the newline before </think>)
                 keep = _held_back(self._pending, CLOSE)
                 text = self._pending[:len(self._pending) - keep]
@@ -82,7 +87,7 @@ class ReasoningSplitter:
         """The text held back at the end of the reply: an unfinished tag is plain text of its part."""
         rest, self._pending = self._pending, ""
         if self._state == "reasoning":
-            return self._reasoning_text(rest), ""
+            return ("", rest.strip()) if self._unclosed_is_answer else (self._reasoning_text(rest), "")
         return "", rest if self._answer_started else rest.lstrip()
 
 

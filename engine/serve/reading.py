@@ -12,7 +12,8 @@ from .tool_parser import ToolCallParser
 def reply_reader(tokenizer, plan) -> ReplyReader | None:
     splitter = None
     if template_thinks(getattr(tokenizer, "chat_template", None)):
-        splitter = ReasoningSplitter(in_reasoning=_prompt_opens_reasoning(tokenizer, plan.prompt))
+        splitter = ReasoningSplitter(in_reasoning=_prompt_opens_reasoning(tokenizer, plan.prompt),
+                                     unclosed_is_answer=plan.params.structured_outputs is not None)
     tools = None
     if plan.tools is not None:
         tools = ToolCallParser(plan.tools.style, plan.tools.names, plan.tools.parallel)

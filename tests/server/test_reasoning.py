@@ -103,3 +103,25 @@ def test_the_splitter_piece_by_piece(reply, opened, expected):
             reasoning, answer = reasoning + r, answer + a
         r, a = splitter.finish()
         assert ((reasoning + r).strip() if expected[0] is not None else None, answer + a) == expected
+
+
+@pytest.mark.parametrize("model", list(SHAPES))
+def test_a_constrained_reply_that_never_thinks_is_the_answer(http, model):
+    """A JSON schema shapes the whole reply: no </think> ever comes, even after a prompt that opened <think>."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    body = {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+    message = whole(http, model, **body)["message"]
+    assert message["reasoning_content"] is None and json.loads(message["content"]) in ({"ok": True}, {"ok": False})
+    rc, r, content, reason = streamed(http, model, **body)
+    assert (rc, r, content, reason) == ("", "", message["content"], "stop")
+
+
+@pytest.mark.parametrize("reply, expected", [('{"a": 1}', ("", '{"a": 1}')), ("x y\n</think>\n\nz", ("x y", "z"))])
+def test_the_splitter_of_a_constrained_reply_holds_its_reasoning_until_closed(reply, expected):
+    splitter, reasoning, answer = ReasoningSplitter(in_reasoning=True, unclosed_is_answer=True), "", ""
+    for ch in reply:
+        r, a = splitter.feed(ch)
+        reasoning, answer = reasoning + r, answer + a
+    r, a = splitter.finish()
+    assert (reasoning + r, answer + a) == expected
