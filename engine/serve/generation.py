@@ -95,8 +95,8 @@ def response_body(envelope: Envelope, out: Generated, tokenizer, reader: ReplyRe
     if reader is None:
         return envelope.response(out.text, finish_reason(out.finish_reason), logprobs, out.metrics)
     piece = reader.feed(out.text) + reader.finish()
-    reason = finish_reason(out.finish_reason, called_tools=bool(piece.calls))
-    message = reply_message(piece, with_reasoning=reader.reasoning is not None)
+    reason = finish_reason(out.finish_reason, called_tools=bool(reader.calls))
+    message = reply_message(piece.content, piece.reasoning, reader.calls, with_reasoning=reader.reasoning is not None)
     return envelope.response(piece.content, reason, logprobs, out.metrics, message=message)
 
 
@@ -143,7 +143,7 @@ def _read_chunks(envelope: Envelope, reader: ReplyReader, delta, logprobs, inclu
     piece = reader.feed(delta.text)
     if delta.finished:
         piece = piece + reader.finish()
-    parts = reply_deltas(piece, first_call_index=len(reader.calls) - len(piece.calls))
+    parts = reply_deltas(piece)
     if logprobs and not parts:
         parts = [{}]
     for i, part in enumerate(parts):

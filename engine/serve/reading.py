@@ -16,7 +16,8 @@ def reply_reader(tokenizer, plan) -> ReplyReader | None:
                                      unclosed_is_answer=plan.params.structured_outputs is not None)
     tools = None
     if plan.tools is not None:
-        tools = ToolCallParser(plan.tools.style, plan.tools.names, plan.tools.parallel)
+        tools = ToolCallParser(plan.tools.style, plan.tools.names, plan.tools.parallel,
+                               shaped=plan.tools.constraint is not None)
     if splitter is None and tools is None:
         return None
     return ReplyReader(splitter, tools)

@@ -5,20 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..reasoning import ReasoningSplitter
-from .tool_parser import ToolCall, ToolCallParser
+from .tool_parser import CallDelta, ToolCall, ToolCallParser
 
 
 @dataclass
 class ReplyPiece:
     reasoning: str = ""
     content: str = ""
-    calls: list[ToolCall] = field(default_factory=list)
+    call_deltas: list[CallDelta] = field(default_factory=list)
 
     def __add__(self, other: "ReplyPiece") -> "ReplyPiece":
-        return ReplyPiece(self.reasoning + other.reasoning, self.content + other.content, self.calls + other.calls)
-
-    def __bool__(self) -> bool:
-        return bool(self.reasoning or self.content or self.calls)
+        return ReplyPiece(self.reasoning + other.reasoning, self.content + other.content,
+                          self.call_deltas + other.call_deltas)
 
 
 class ReplyReader:
@@ -28,6 +26,7 @@ class ReplyReader:
 
     @property
     def calls(self) -> list[ToolCall]:
+        """Every complete call so far."""
         return self.tools.calls if self.tools is not None else []
 
     def feed(self, text: str) -> ReplyPiece:
@@ -42,8 +41,8 @@ class ReplyReader:
         self.reasoned = self.reasoned or bool(reasoning)
         if self.tools is None:
             return ReplyPiece(reasoning, content)
-        content, calls = self.tools.feed(content) if content else ("", [])
+        content, deltas = self.tools.feed(content) if content else ("", [])
         if final:
-            more, more_calls = self.tools.finish()
-            content, calls = content + more, calls + more_calls
-        return ReplyPiece(reasoning, content, calls)
+            more, more_deltas = self.tools.finish()
+            content, deltas = content + more, deltas + more_deltas
+        return ReplyPiece(reasoning, content, deltas)

@@ -18,29 +18,31 @@ def finish_reason(engine_reason: str | None, called_tools: bool = False) -> str 
     return FINISH_REASONS.get(engine_reason, engine_reason)
 
 
-def reply_message(piece, with_reasoning: bool) -> dict:
+def reply_message(content: str, reasoning: str | None, calls: list, with_reasoning: bool) -> dict:
     """A whole chat reply: content (null when the reply is only tool calls), reasoning under both names clients
     read (reasoning_content: vLLM, DeepSeek; reasoning: vLLM's newer name, OpenRouter), tool calls."""
-    message: dict = {"role": "assistant", "content": piece.content if (piece.content or not piece.calls) else None}
+    message: dict = {"role": "assistant", "content": content if (content or not calls) else None}
     if with_reasoning:
-        message["reasoning_content"] = message["reasoning"] = piece.reasoning or None
-    if piece.calls:
-        message["tool_calls"] = [call.as_message() for call in piece.calls]
+        message["reasoning_content"] = message["reasoning"] = reasoning or None
+    if calls:
+        message["tool_calls"] = [call.as_message() for call in calls]
     return message
 
 
-def reply_deltas(piece, first_call_index: int) -> list[dict]:
-    """A piece of a streamed reply as chat deltas; each tool call as OpenAI streams one: its id, type and name
-    (arguments ""), then its arguments."""
+def reply_deltas(piece) -> list[dict]:
+    """A piece of a streamed reply as chat deltas; tool calls as OpenAI streams them: a call's id, type and
+    name (arguments ""), then its arguments."""
     deltas = []
     if piece.reasoning:
         deltas.append({"reasoning_content": piece.reasoning, "reasoning": piece.reasoning})
     if piece.content:
         deltas.append({"content": piece.content})
-    for index, call in enumerate(piece.calls, start=first_call_index):
-        deltas.append({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                       "function": {"name": call.name, "arguments": ""}}]})
-        deltas.append({"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]})
+    for d in piece.call_deltas:
+        if d.call is not None:
+            deltas.append({"tool_calls": [{"index": d.index, "id": d.call.id, "type": "function",
+                                           "function": {"name": d.call.name, "arguments": ""}}]})
+        if d.arguments:
+            deltas.append({"tool_calls": [{"index": d.index, "function": {"arguments": d.arguments}}]})
     return deltas
 
 

@@ -95,6 +95,7 @@ def test_streamed_call_name_first_then_arguments(client):
     first = deltas[0]
     assert first.id.startswith("call_") and first.type == "function" and first.function.name
     assert all(d.id is None and d.function.name is None for d in deltas[1:])
+    assert len(deltas) > 3, "a required call streams its arguments as they come"
     call = whole.choices[0].message.tool_calls[0]
     assert calls[0][1:] == (call.function.name, call.function.arguments)
 
@@ -242,3 +243,26 @@ def test_a_tool_schema_the_library_refuses_is_a_400_naming_tools(structured_serv
     r = httpx.post(f"{structured_server.base_url}/v1/chat/completions", timeout=60, json={
         "model": "tools", "messages": USER, "tools": bad, "max_tokens": 4})
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("shaped", [False, True])
+def test_the_parser_piece_by_piece_says_what_the_whole_reply_says(shaped):
+    from llmchat.engine.serve.tool_parser import ToolCallParser
+    reply = ('Sure. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}}\n</tool_call>'
+             '\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>')
+    whole = ToolCallParser(names=set(SCHEMAS), shaped=shaped)
+    content = whole.feed(reply)[0] + whole.finish()[0]
+    assert content == "Sure. \n" and [(c.name, c.arguments) for c in whole.calls] == [
+        ("get_weather", '{"city": "Oslo", "days": 3}'), ("get_time", '{"zone": "UTC"}')]
+    for size in (1, 3, 7):
+        parser, text, calls, pieces = ToolCallParser(names=set(SCHEMAS), shaped=shaped), "", {}, 0
+        for i in range(0, len(reply) + size, size):
+            piece, deltas = parser.feed(reply[i:i + size]) if i < len(reply) else parser.finish()
+            text += piece
+            for d in deltas:
+                pieces += 1
+                name, arguments = calls.get(d.index, (None, ""))
+                calls[d.index] = (d.call.name if d.call else name, arguments + d.arguments)
+        assert text == content and list(calls.values()) == [(c.name, c.arguments) for c in whole.calls]
+        if shaped and size == 1:
+            assert pieces > 10     # the arguments went out as they came
