@@ -22,7 +22,6 @@ class ReplyPiece:
 class ReplyReader:
     def __init__(self, reasoning: ReasoningSplitter | None, tools: ToolCallParser | None) -> None:
         self.reasoning, self.tools = reasoning, tools
-        self.reasoned = False
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -38,7 +37,6 @@ class ReplyReader:
         return self._piece(reasoning, content, final=True)
 
     def _piece(self, reasoning: str, content: str, final: bool) -> ReplyPiece:
-        self.reasoned = self.reasoned or bool(reasoning)
         if self.tools is None:
             return ReplyPiece(reasoning, content)
         content, deltas = self.tools.feed(content) if content else ("", [])
