@@ -266,3 +266,12 @@ def test_the_parser_piece_by_piece_says_what_the_whole_reply_says(shaped):
         assert text == content and list(calls.values()) == [(c.name, c.arguments) for c in whole.calls]
         if shaped and size == 1:
             assert pieces > 10     # the arguments went out as they came
+
+
+def test_a_read_stream_keeps_logprobs_and_usage(client):
+    chunks = list(client.chat.completions.create(
+        model="tools", messages=USER, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=120,
+        temperature=0, stream=True, logprobs=True, top_logprobs=2, stream_options={"include_usage": True}))
+    entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert chunks[-1].choices == [] and len(entries) == chunks[-1].usage.completion_tokens
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
