@@ -68,3 +68,21 @@ def test_any_valid_sampling_settings_are_served(fuzz_server, body):
         assert r.text.rstrip().endswith("data: [DONE]") and '"error"' not in r.text, r.text
     else:
         assert r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_the_document_declares_what_the_server_answers(fuzz_server):
+    doc = httpx.get(f"{fuzz_server.base_url}/openapi.json").json()
+    paths = doc["paths"]
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        responses = paths[path]["post"]["responses"]
+        assert set(responses) == {"200", "400", "401", "404", "413", "429", "500", "503"}
+        assert set(responses["200"]["content"]) == {"application/json", "text/event-stream"}
+    assert set(paths["/v1/models/{model_id}"]["get"]["responses"]) == {"200", "401", "404", "503"}
+    assert set(paths["/metrics"]["get"]["responses"]["200"]["content"]) == {"text/plain"}
+    assert "422" not in str(doc) and "HTTPValidationError" not in str(doc)
+    body = doc["components"]["schemas"]["ChatCompletionRequest"]
+    assert {"tools", "tool_choice", "parallel_tool_calls", "response_format", "structured_outputs", "grammar",
+            "json_schema"} <= set(body["properties"])
+    assert body["dependentRequired"] == {"tool_choice": ["tools"]}
+    prompt = str(doc["components"]["schemas"]["CompletionRequest"]["properties"]["prompt"])
+    assert "'maximum': 383" in prompt     # token ids within the tiny model's vocabulary
