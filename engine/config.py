@@ -73,6 +73,9 @@ class EngineConfig:
     # Models with full and sliding-window layers keep the window layers' KV for the window only, in a pool of
     # its own (hybrid_blocks.py); False: one pool, every layer's KV for the whole context. LLMCHAT_WINDOW_KV=0.
     window_kv: bool = field(default_factory=lambda: _env_switch("LLMCHAT_WINDOW_KV", 1) != 0)
+    # Draft-free speculative decoding (speculation.py): "auto" guesses while few sequences decode, "ngram"
+    # always, "off" never. The tokens are the same either way. LLMCHAT_SPECULATIVE.
+    speculative: str = field(default_factory=lambda: os.environ.get("LLMCHAT_SPECULATIVE", "").strip() or "auto")
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
@@ -98,5 +101,7 @@ class EngineConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
         if self.max_adapters <= 0 or self.adapter_memory_gb <= 0:
             raise ValueError("max_adapters and adapter_memory_gb must be positive")
+        if self.speculative not in ("auto", "ngram", "off"):
+            raise ValueError(f"speculative must be auto, ngram or off, got {self.speculative!r}")
         if self.small_m_max < 0:
             raise ValueError(f"small_m_max must be >= 0 (0 turns the small-M kernel off), got {self.small_m_max}")

@@ -21,7 +21,8 @@ from .outputs import RequestMetrics, RequestOutput, StreamDelta
 from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
-from .sequence import Sequence
+from .sequence import ScheduledChunk, Sequence
+from .speculation import AUTO_MAX_DECODES, Guesser, accepted_run, row_views, sampled_rows
 
 
 def _return_freed_memory() -> None:
@@ -61,6 +62,7 @@ class LLMEngine:
                                 config.lora_fused)
         self.scheduler.on_finish = self._release_adapter
         self.requests: dict[str, Sequence] = {}
+        self.spec_counts = {"guessed": 0, "accepted": 0, "verifications": 0}   # since start (metrics)
         self._pending: list[StreamDelta] = []     # deltas produced outside step() (aborts)
 
     def _plan_kv_cache(self) -> int:
@@ -167,29 +169,74 @@ class LLMEngine:
     def step(self) -> list[StreamDelta]:
         step_started = time.perf_counter()
         deltas, self._pending = self._pending, []
+        self._propose_guesses()
         chunks, overflowed = self.scheduler.schedule()
         deltas += [self._close(seq, seq.detokenizer.flush()) for seq in overflowed]
         prompt_tokens = generated = 0
         if chunks:
             started = time.perf_counter()
-            masks = self.grammar_masks.start([c.seq for c in chunks if c.samples])   # filled during the pass
+            sampled = [c for c in chunks if c.samples]
+            views = [view for c in sampled for view in row_views(c)]   # one per logits row that samples
+            masks = self.grammar_masks.start(views)   # filled during the pass
             logits = self.runner.execute(chunks)
             self.scheduler.observe_step(sum(c.num_new_tokens for c in chunks), time.perf_counter() - started)
-            self.scheduler.update(chunks)
-            prompt_tokens = sum(c.num_new_tokens for c in chunks if c.seq.num_output_tokens == 0
-                                or c.num_new_tokens > 1)
-            rows = [i for i, c in enumerate(chunks) if c.samples]
-            if rows:
-                seqs = [chunks[i].seq for i in rows]
+            prompt_tokens = sum(c.num_new_tokens for c in chunks if not c.draft and (
+                c.seq.num_output_tokens == 0 or c.num_new_tokens > 1))
+            emitted: list[tuple[ScheduledChunk, list[int], list]] = []
+            if sampled:
                 # every row samples in a decode step: no copy of the [S, vocab] logits then
-                rows_logits = logits if len(rows) == len(chunks) else logits[rows]
-                tokens = self.sampler(rows_logits if masks is None else masks.apply(rows_logits), seqs)
-                generated = len(tokens)
-                logprobs = token_logprobs(rows_logits, tokens, seqs) if wanted(seqs) else [None] * len(seqs)
-                deltas += [self._append(seq, tok, lp) for seq, tok, lp in zip(seqs, tokens, logprobs)]
+                rows = sampled_rows(chunks)
+                rows_logits = logits if len(rows) == logits.shape[0] else logits[rows]
+                tokens = self.sampler(rows_logits if masks is None else masks.apply(rows_logits), views)
+                logprobs = (token_logprobs(rows_logits, tokens, views) if wanted(views)
+                            else [None] * len(views))
+                emitted = self._verify(sampled, tokens, logprobs)
+            self.scheduler.update(chunks)   # after verification: only accepted guesses count as computed
+            for chunk, new_tokens, new_logprobs in emitted:
+                for token, logprob in zip(new_tokens, new_logprobs):
+                    deltas.append(self._append(chunk.seq, token, logprob))
+                    generated += 1
+                    if chunk.seq.is_finished:   # a stop among the accepted guesses: the rest is not the reply
+                        break
         self.metrics.record_step(prompt_tokens, generated, busy_s=time.perf_counter() - step_started,
                                  **self._gauges())
         return deltas
+
+    # ---- speculation (speculation.py) -----------------------------------------------------------
+    def _propose_guesses(self) -> None:
+        """Give each decoding sequence its guesses for this step (none where guessing is off or does not pay)."""
+        running = self.scheduler.running
+        for seq in running:
+            seq.draft = []
+        mode = self.config.speculative
+        if mode == "off" or self.runner.window_layers:   # sliding-window KV pools: not verified with guesses yet
+            return
+        decoding = [s for s in running if s.is_decoding and s.matcher is None]
+        if mode == "auto" and len(decoding) > AUTO_MAX_DECODES:
+            return
+        for seq in decoding:
+            if seq.guesser is None:
+                seq.guesser = Guesser()
+            seq.draft = seq.guesser.propose(seq.token_ids, seq.max_total_tokens - seq.num_tokens - 1)
+
+    def _verify(self, sampled: list[ScheduledChunk], tokens: list[int], logprobs: list) -> list:
+        """Per sampling chunk: the tokens it emits (its guesses the model agreed with, then the model's own) and
+        their logprobs; records how many guesses held."""
+        out, at = [], 0
+        for chunk in sampled:
+            n = 1 + len(chunk.draft)
+            new_tokens = accepted_run(chunk.draft, tokens[at:at + n]) if chunk.draft else [tokens[at]]
+            if chunk.draft:
+                chunk.num_accepted = len(new_tokens) - 1
+                chunk.seq.guesser.observe(len(chunk.draft), chunk.num_accepted)
+                chunk.seq.metrics.num_guessed_tokens += len(chunk.draft)
+                chunk.seq.metrics.num_accepted_guesses += chunk.num_accepted
+                self.spec_counts["guessed"] += len(chunk.draft)
+                self.spec_counts["accepted"] += chunk.num_accepted
+                self.spec_counts["verifications"] += 1
+            out.append((chunk, new_tokens, logprobs[at:at + len(new_tokens)]))
+            at += n
+        return out
 
     def _append(self, seq: Sequence, token: int, logprob=None) -> StreamDelta:
         now = time.monotonic()
@@ -236,7 +283,10 @@ class LLMEngine:
                     prefix_cache_hit_rate=self.block_manager.hit_rate,
                     num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting),
                     num_preemptions=self.scheduler.num_preemptions,
-                    adapters_resident=self.lora.resident_names(), running_per_adapter=per_adapter)
+                    adapters_resident=self.lora.resident_names(), running_per_adapter=per_adapter,
+                    spec_guessed_tokens=self.spec_counts["guessed"],
+                    spec_accepted_tokens=self.spec_counts["accepted"],
+                    spec_verifications=self.spec_counts["verifications"])
 
     def _refresh_gauges(self) -> None:
         self.metrics.update_state(**self._gauges())

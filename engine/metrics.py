@@ -25,6 +25,20 @@ class MetricsSnapshot:
     total_generation_tokens: int = 0
     adapters_resident: list[str] = field(default_factory=list)
     running_per_adapter: dict[str, int] = field(default_factory=dict)
+    spec_guessed_tokens: int = 0           # speculation since start: tokens guessed, guesses the model agreed
+    spec_accepted_tokens: int = 0          # with, and verifications (a sequence's step with guesses)
+    spec_verifications: int = 0
+
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        return self.spec_accepted_tokens / self.spec_guessed_tokens if self.spec_guessed_tokens else None
+
+    @property
+    def spec_tokens_per_verification(self) -> float | None:
+        """Tokens a sequence got from a step in which it guessed (1 without speculation)."""
+        if not self.spec_verifications:
+            return None
+        return (self.spec_accepted_tokens + self.spec_verifications) / self.spec_verifications
 
 
 class EngineMetrics:

@@ -118,7 +118,7 @@ class ModelRunner:
         for chunk in chunks:
             seq, n = chunk.seq, chunk.num_new_tokens
             start = seq.num_computed_tokens
-            input_ids.extend(seq.token_ids[start:start + n])
+            input_ids.extend(chunk.input_ids)
             starts.append(start)
             query_lens.append(n)
             seq_lens.append(start + n)
@@ -142,6 +142,9 @@ class ModelRunner:
                                                        seq_index)
             md.window = replace(md, block_tables=window_tables, slot_mapping=window_slots, _torch_plan={})
         logits_rows = None if total == len(chunks) else qsl[1:] - 1
+        if any(c.draft for c in chunks):   # a chunk with guesses: every guessed position's row too
+            logits_rows = torch.cat([torch.arange(int(end) - len(c.draft) - 1, int(end))
+                                     for c, end in zip(chunks, qsl[1:])])
         return torch.tensor(input_ids, dtype=torch.int64), md, logits_rows
 
     def _paging(self, tables, starts, positions, seq_index) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,7 +160,8 @@ class ModelRunner:
         return block_tables, slots
 
     def execute(self, chunks) -> torch.Tensor:
-        """fp32 logits [len(chunks), vocab]: row i follows the last new token of chunk i."""
+        """fp32 logits [rows, vocab]: chunk by chunk, the row after its last new token, preceded by the rows
+        of its guessed positions when it has guesses (one row per chunk without any)."""
         if not chunks:
             return torch.empty(0, self.vocab_size)
         if not self.key_caches:
@@ -172,4 +176,16 @@ class ModelRunner:
             kv = list(zip(self.key_caches, self.value_caches))
             lora = self.lora_manager if self.lora_manager is not None and self.lora_manager.in_step() else None
             logits = self.model(input_ids, md, kv, rows, lora=lora)
-            return logits if restore is None else logits.index_select(0, restore)
+            return logits if restore is None else logits.index_select(0, _row_order(chunks, restore))
+
+
+def _row_order(grouped: list, restore: torch.Tensor) -> torch.Tensor:
+    """The chunk permutation `restore` (grouped order -> the caller's) over logits rows: a chunk with
+    guesses has one row per guessed position besides its last."""
+    counts = [1 + len(c.draft) for c in grouped]
+    if all(n == 1 for n in counts):
+        return restore
+    starts = [0]
+    for n in counts[:-1]:
+        starts.append(starts[-1] + n)
+    return torch.cat([torch.arange(starts[g], starts[g] + counts[g]) for g in restore.tolist()])

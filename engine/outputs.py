@@ -13,6 +13,8 @@ class RequestMetrics:
     num_cached_tokens: int = 0         # prompt tokens served from the prefix cache
     num_generated_tokens: int = 0
     num_preemptions: int = 0
+    num_guessed_tokens: int = 0        # speculation: tokens guessed for this request, and how many held
+    num_accepted_guesses: int = 0
     server_timings: dict | None = None  # a remote server's own figures (llama-server `timings`), when it sends them
 
     @property

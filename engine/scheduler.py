@@ -83,6 +83,7 @@ class Scheduler:
         decodes = [s for s in self.running if s.is_decoding]
         prefills = [s for s in self.running if not s.is_decoding]
         prefill_left = self.prefill_cap(len(decodes))
+        spare = max(0, budget - len(decodes))   # guessed tokens ride only on what every decode leaves
         for seq in decodes + prefills:
             if budget == 0 or (not seq.is_decoding and prefill_left <= 0):
                 break
@@ -98,10 +99,12 @@ class Scheduler:
                 preempted_now = True
                 continue   # seq itself was preempted
             preempted_now |= self._preempted_in_make_room
-            self.block_manager.allocate(seq, num_new)
-            chunks.append(self._chunk(seq, num_new))
+            draft = self._fitting_draft(seq, min(spare, budget - num_new)) if seq.is_decoding else []
+            spare -= len(draft)
+            self.block_manager.allocate(seq, num_new + len(draft))
+            chunks.append(self._chunk(seq, num_new, draft))
             scheduled.add(seq.seq_id)
-            budget -= num_new
+            budget -= num_new + len(draft)
             if not seq.is_decoding:
                 prefill_left -= num_new
 
@@ -133,8 +136,18 @@ class Scheduler:
             prefill_left -= num_new
         return chunks, overflowed
 
-    def _chunk(self, seq: Sequence, num_new: int) -> ScheduledChunk:
-        return ScheduledChunk(seq, num_new, samples=seq.num_computed_tokens + num_new == seq.num_tokens)
+    def _chunk(self, seq: Sequence, num_new: int, draft: list[int] | None = None) -> ScheduledChunk:
+        draft = draft or []
+        return ScheduledChunk(seq, num_new + len(draft), samples=seq.num_computed_tokens + num_new == seq.num_tokens,
+                              draft=draft)
+
+    def _fitting_draft(self, seq: Sequence, room: int) -> list[int]:
+        """The sequence's guesses that fit the step's spare tokens and the free blocks: a guess never makes
+        another sequence give way."""
+        draft = seq.draft[:max(0, room)]
+        while draft and not self.block_manager.can_allocate(seq, 1 + len(draft)):
+            draft = draft[:-1]
+        return draft
 
     def _make_room(self, seq: Sequence, num_new: int, scheduled: set[int]) -> bool:
         """Preempt the newest unscheduled running sequences until seq's chunk fits; False if seq itself went."""
@@ -162,5 +175,7 @@ class Scheduler:
         """After the model ran: the chunks' KV is written; newly full blocks are registered for reuse (and
         blocks the sliding-window layers no longer see are let go, see hybrid_blocks.py)."""
         for chunk in chunks:
-            chunk.seq.num_computed_tokens += chunk.num_new_tokens
+            # guesses the model refused leave their KV behind the sequence's end, where nothing reads it and
+            # the next tokens overwrite it; their blocks stay with the sequence
+            chunk.seq.num_computed_tokens += chunk.num_new_tokens - len(chunk.draft) + chunk.num_accepted
             self.block_manager.on_computed(chunk.seq)

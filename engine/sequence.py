@@ -58,6 +58,8 @@ class Sequence:
         self.generator = None        # torch.Generator for seeded sampling (set by the engine)
         self.detokenizer = None      # IncrementalDetokenizer (set by the engine)
         self.matcher = None          # llguidance matcher of a constrained reply (engine/grammar.py)
+        self.guesser = None          # speculation.Guesser while the engine may guess this sequence's tokens
+        self.draft: list[int] = []   # this step's guesses of the tokens after the newest one
         self.text: str = ""          # output text shown so far
 
     def __len__(self) -> int:
@@ -102,8 +104,21 @@ class Sequence:
 
 @dataclass
 class ScheduledChunk:
-    """Compute seq.token_ids[num_computed_tokens : num_computed_tokens + num_new_tokens] this step."""
+    """Compute seq.token_ids[num_computed_tokens : num_computed_tokens + num_new_tokens] this step; a decode
+    with guesses computes its newest token and then the guessed ones (num_new_tokens counts both)."""
     seq: Sequence
     num_new_tokens: int
     # True when the chunk reaches the last token: its logits row yields the next token.
     samples: bool = field(default=False)
+    draft: list[int] = field(default_factory=list)   # guessed tokens after the newest one, scored this step
+    num_accepted: int = 0                            # guesses the model agreed with (set after sampling)
+
+    @property
+    def input_ids(self) -> list[int]:
+        start = self.seq.num_computed_tokens
+        return self.seq.token_ids[start:start + self.num_new_tokens - len(self.draft)] + self.draft
+
+    @property
+    def num_logits(self) -> int:
+        """Logits rows this chunk needs: the last token's, and every guessed position's."""
+        return (1 + len(self.draft)) if self.samples else 0

@@ -54,14 +54,22 @@ class Outcome:
 
 @dataclass
 class LogitRecorder:
-    """Sits in front of the engine's sampler and keeps every row it is handed, per request."""
+    """Sits in front of the engine's sampler and keeps the row each position of each request was sampled from.
+    With speculation a position can be scored twice (a guessed row after a refused guess, on the wrong text,
+    then again on the right one): the later row is the one its token came from."""
     inner: object
-    rows: dict = field(default_factory=dict)
+    rows: dict = field(default_factory=dict)   # request id -> {position: row}
 
     def __call__(self, logits: torch.Tensor, seqs) -> list[int]:
         for row, seq in zip(logits, seqs):
-            self.rows.setdefault(seq.request_id, []).append(row.detach().clone())
+            self.rows.setdefault(seq.request_id, {})[seq.num_tokens] = row.detach().clone()
         return self.inner(logits, seqs)
+
+    def pop(self, request_id: str, num_tokens: int) -> torch.Tensor:
+        """The rows of the request's first num_tokens generated tokens (a guessed row past the reply's end is
+        never sampled from again)."""
+        by_position = self.rows.pop(request_id)
+        return torch.stack([by_position[p] for p in sorted(by_position)][:num_tokens])
 
 
 def make_llm(folder, dtype: str, threads: int = 2, **config) -> tuple[LLM, LogitRecorder]:
@@ -73,7 +81,7 @@ def make_llm(folder, dtype: str, threads: int = 2, **config) -> tuple[LLM, Logit
 
 def run(llm: LLM, recorder: LogitRecorder, prompts, params, adapters=None) -> list[Outcome]:
     outs = llm.generate(prompts, params, adapter=adapters)
-    return [Outcome(o.token_ids, torch.stack(recorder.rows.pop(o.request_id))) for o in outs]
+    return [Outcome(o.token_ids, recorder.pop(o.request_id, len(o.token_ids))) for o in outs]
 
 
 def kv_gb_for_blocks(folder, num_blocks: int, itemsize: int, block_size: int = 16) -> float:

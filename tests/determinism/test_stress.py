@@ -79,6 +79,6 @@ async def test_concurrent_streams_with_aborts_and_preemption_match_their_solo_ru
 
     llm, solo_recorder = make_llm(folder, dtype, enable_prefix_caching=False)
     want = [run(llm, solo_recorder, [jobs[i][0]], [jobs[i][1]])[0] for i in survivors]
-    got = [Outcome(results[f"stress-{i}"][0], torch.stack(recorder.rows[f"stress-{i}"])) for i in survivors]
+    got = [Outcome(results[f"stress-{i}"][0], recorder.pop(f"stress-{i}", len(results[f"stress-{i}"][0]))) for i in survivors]
     problem = first_difference(got, want)
     assert problem is None, f"{dtype} stress survivor: {problem}"

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from llmchat.engine.config import EngineConfig
 from llmchat.engine.model_runner import ModelRunner
+from llmchat.engine.sequence import ScheduledChunk
 
 
 @dataclass
@@ -20,12 +21,6 @@ class Seq:
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
     adapter_slot: int = -1
-
-
-@dataclass
-class Chunk:
-    seq: Seq
-    num_new_tokens: int
 
 
 class Blocks:
@@ -53,7 +48,7 @@ def step(runner: ModelRunner, blocks: Blocks, work: list[tuple[Seq, int]]) -> to
     """One execute() over (sequence, new tokens) pairs; advances num_computed_tokens."""
     for seq, n in work:
         blocks.reserve(seq, seq.num_computed_tokens + n)
-    logits = runner.execute([Chunk(seq, n) for seq, n in work])
+    logits = runner.execute([ScheduledChunk(seq, n) for seq, n in work])
     for seq, n in work:
         seq.num_computed_tokens += n
     return logits

@@ -63,8 +63,11 @@ def test_prefix_cache_hits_shared_system_prompt_and_second_turn(arch_model):
 
 
 def test_small_kv_budget_forces_preemption(arch_model):
-    # 8 blocks = 128 tokens for requests of up to 112 tokens each: they must take turns.
-    llm = LLM(arch_model, attention_backend="torch", kv_cache_gb=kv_gb_for_blocks(arch_model, 8))
+    # 8 blocks = 128 tokens for requests of up to 112 tokens each: they must take turns. Without guessing:
+    # guesses hold blocks, so fewer requests are admitted and none may need to give way (speculation under
+    # preemption: tests/determinism/test_speculation.py).
+    llm = LLM(arch_model, attention_backend="torch", kv_cache_gb=kv_gb_for_blocks(arch_model, 8),
+              speculative="off")
     assert llm.metrics().kv_blocks_total == 8
     # EOS ignored so every request grows by MAX_NEW tokens whatever the random weights say.
     outputs = llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_NEW, temperature=0.0, ignore_eos=True))

@@ -1,0 +1,133 @@
+"""Draft-free speculative decoding: a decoding sequence guesses its next tokens from its own text (the n-gram
+that ends it, looked up earlier in the prompt and reply: "prompt lookup"), and the model scores the guesses
+in the same forward pass as the newest token, as a short chunk beside the other sequences' work.
+
+Verification samples each scored row exactly as a plain decode step would sample that position (the same
+argmax, or the same seeded draw keyed by seed and position) and keeps the guesses up to the first that differs
+from the model's own token, which it emits instead. A row's logits do not depend on the rows beside it (the
+determinism guarantee), so the tokens are the ones the model gives without speculation: greedy and seeded
+replies are token-identical with it on and off, and unseeded draws keep the model's distribution (each
+emitted token is a sample of p given the accepted prefix; a guess is accepted with probability p(guess), the
+rule min(1, p/q) for a guess of probability q = 1).
+
+How far to guess follows each sequence's measured acceptance; a sequence whose guesses keep failing stops
+guessing for a while, so text that never repeats costs nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MODES = ("auto", "ngram", "off")
+NGRAM_SIZES = (3, 2)       # the longest suffix that occurred before wins; 1-grams guess too wildly
+START_GUESS = 4
+MAX_GUESS = 8
+MISS_LIMIT = 3             # guesses that all failed, in a row, before a pause
+PAUSE_STEPS = 16           # decode steps without guessing after MISS_LIMIT failures
+AUTO_MAX_DECODES = 4       # "auto": guess while at most this many sequences decode (past that the batch is
+                           # compute-bound here and extra rows cost about what they save)
+
+
+class NgramIndex:
+    """Where each n-gram of a token list last ended (the index of the token after it), kept up to date as the
+    list grows: a lookup is one dict access, an update touches only the new tokens."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.follows: dict[tuple[int, ...], int] = {}
+        self._indexed = n      # n-grams ending before this position are in `follows`
+
+    def guess(self, tokens: list[int], k: int) -> list[int]:
+        """Up to k tokens that followed the last earlier occurrence of the list's final n-gram."""
+        n = self.n
+        for end in range(self._indexed, len(tokens)):   # every n-gram but the final one, which is the key
+            self.follows[tuple(tokens[end - n:end])] = end
+        self._indexed = max(self._indexed, len(tokens))
+        if len(tokens) <= n:
+            return []
+        start = self.follows.get(tuple(tokens[-n:]))
+        if start is None:
+            return []
+        # the text repeats with period len - start: go on repeating it past the end (a run of one token, a loop)
+        period = len(tokens) - start
+        return [tokens[start + i % period] for i in range(k)]
+
+
+@dataclass
+class Guesser:
+    """One sequence's guessing: its n-gram indexes, how far it guesses now, and its counts."""
+    guess_len: int = START_GUESS
+    misses: int = 0
+    paused: int = 0
+    indexes: list[NgramIndex] = field(default_factory=lambda: [NgramIndex(n) for n in NGRAM_SIZES])
+
+    def propose(self, tokens: list[int], room: int) -> list[int]:
+        """This step's guesses (at most `room`), or none while paused."""
+        if self.paused:
+            self.paused -= 1
+            return []
+        k = min(self.guess_len, room)
+        if k <= 0:
+            return []
+        for index in self.indexes:
+            draft = index.guess(tokens, k)
+            if draft:
+                return draft
+        return []
+
+    def observe(self, guessed: int, accepted: int) -> None:
+        """Adapt to one verification: guess further after full success, shorter after failures."""
+        if accepted == guessed:
+            self.guess_len = min(MAX_GUESS, self.guess_len + 2)
+            self.misses = 0
+        elif accepted == 0:
+            self.guess_len = max(1, self.guess_len // 2)
+            self.misses += 1
+            if self.misses >= MISS_LIMIT:
+                self.paused, self.misses, self.guess_len = PAUSE_STEPS, 0, START_GUESS
+        else:
+            self.guess_len = max(1, accepted + 1)
+            self.misses = 0
+
+
+def accepted_run(draft: list[int], sampled: list[int]) -> list[int]:
+    """The tokens a verification emits: the guesses the model agreed with, then its own token where it first
+    disagreed (or after the last guess). sampled[j] is the model's token at the position of draft[j]."""
+    for j, guess in enumerate(draft):
+        if sampled[j] != guess:
+            return draft[:j] + [sampled[j]]
+    return draft + [sampled[len(draft)]]
+
+
+class RowView:
+    """A sequence as it would stand after the first `ahead` guesses: what the sampler reads of a row (params,
+    seeded generator, position, tokens for penalties), so a guessed row is sampled as that position would be."""
+
+    matcher = None           # constrained sequences do not guess
+
+    def __init__(self, seq, draft: list[int], ahead: int) -> None:
+        self.seq = seq
+        self.params = seq.params
+        self.generator = seq.generator
+        self.request_id = seq.request_id
+        self.token_ids = seq.token_ids + draft[:ahead]
+        self.num_tokens = len(self.token_ids)
+        self.output_token_ids = self.token_ids[seq.num_prompt_tokens:]
+
+
+def row_views(chunk) -> list:
+    """What the sampler reads for each logits row of a sampling chunk: the sequence itself for a plain decode
+    or prefill end; for a chunk with guesses, the sequence as it would stand at each guessed position."""
+    if not chunk.draft:
+        return [chunk.seq]
+    return [RowView(chunk.seq, chunk.draft, ahead) for ahead in range(len(chunk.draft) + 1)]
+
+
+def sampled_rows(chunks) -> list[int]:
+    """Indices, among the step's logits rows (ModelRunner.execute), of the rows that sample."""
+    rows, at = [], 0
+    for c in chunks:
+        n = 1 + len(c.draft)
+        if c.samples:
+            rows.extend(range(at, at + n))
+        at += n
+    return rows

@@ -1,0 +1,119 @@
+"""Draft-free speculative decoding gives the model's own tokens: greedy and seeded replies are token-identical
+with guessing on and off, and each emitted token's logits row is bit-identical to the one a plain decode step
+scores, alone, batched with others (LoRA adapters among them), in 16-token budgets, preempted and on one
+thread; unseeded draws keep the model's distribution."""
+from __future__ import annotations
+
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from det_helpers import first_difference, kv_gb_for_blocks, make_llm, run
+
+from llmchat.engine.sampling_params import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "lora"))
+from lora_helpers import make_adapter  # noqa: E402
+
+LOOP = [21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32]
+
+
+def prompts() -> list[list[int]]:
+    """Text that repeats (what guessing feeds on: quoted code, edited documents), and text that does not."""
+    rng = random.Random(3)
+    return [LOOP * 4, [7, 8, 9] + LOOP * 2 + [40, 41] + LOOP[:6], [rng.randrange(3, 300) for _ in range(50)]]
+
+
+def params() -> list[SamplingParams]:
+    return [SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True),
+            SamplingParams(max_tokens=24, temperature=0.8, seed=11, ignore_eos=True),
+            SamplingParams(max_tokens=24, temperature=0.7, top_p=0.9, seed=5, repetition_penalty=1.1,
+                           ignore_eos=True)]
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("spec-adapters")
+    return [make_adapter(tiny_model_dir("llama"), root / name, seed=seed, r=4) for name, seed in (("a", 1), ("b", 2))]
+
+
+def _load(llm, adapter_paths):
+    for name, path in zip("ab", adapter_paths):
+        llm.load_adapter(name, path)
+
+
+def test_guessing_changes_no_token_and_no_logit(tiny_model_dir, adapters):
+    folder = tiny_model_dir("llama")
+    ps, sps, names = prompts(), params(), [None, "a", "b"]
+    llm, rec = make_llm(folder, "float32", enable_prefix_caching=False, speculative="off")
+    _load(llm, adapters)
+    want = [run(llm, rec, [p], [sp], [ad])[0] for p, sp, ad in zip(ps, sps, names)]
+
+    def check(label, llm, rec, got):
+        problem = first_difference(got, want)
+        assert problem is None, f"{label}: {problem}"
+
+    guessed = 0
+    conditions = [("alone", {}), ("budget 16", {"max_num_batched_tokens": 16}), ("1 thread", {"threads": 1}),
+                  ("preempted", {"kv_cache_gb": kv_gb_for_blocks(folder, 12, itemsize=4)})]
+    for label, config in conditions:
+        llm, rec = make_llm(folder, "float32", speculative="ngram", **config)
+        _load(llm, adapters)
+        if label == "alone":
+            got = [run(llm, rec, [p], [sp], [ad])[0] for p, sp, ad in zip(ps, sps, names)]
+        else:
+            extra = [LOOP[:5] * 3, [9] * 40, LOOP * 3]
+            got = run(llm, rec, ps + extra, sps + [sps[0], sps[1], sps[0]], names + [None, "a", "b"])[:3]
+        check(label, llm, rec, got)
+        m = llm.metrics()
+        guessed += m.spec_verifications
+        assert m.spec_accepted_tokens > 0 and m.spec_tokens_per_verification > 1, label
+        if label == "preempted":
+            assert m.num_preemptions > 0
+    assert guessed > 20
+
+
+def test_guesses_never_reach_the_prefix_cache_and_reused_blocks_give_the_same_reply(tiny_model_dir):
+    """After a guessing reply, a request repeating its prompt and reply hits its full blocks in the prefix
+    cache (accepted tokens only were hashed) and goes on exactly as a cold engine does."""
+    folder = tiny_model_dir("llama")
+    greedy = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    llm, rec = make_llm(folder, "float32", speculative="ngram")
+    first = run(llm, rec, [LOOP * 3], [greedy])[0]
+    follow = LOOP * 3 + first.tokens + [5, 6]
+    warm = llm.generate([follow], greedy)[0]
+    assert warm.metrics.num_cached_tokens >= (len(follow) - 1) // 16 * 16 - 16
+    cold_llm, _ = make_llm(folder, "float32", speculative="off", enable_prefix_caching=False)
+    assert warm.token_ids == cold_llm.generate([follow], greedy)[0].token_ids
+
+
+def test_unseeded_draws_keep_the_models_distribution(tiny_model_dir):
+    """The 2nd generated token (the first a guess can give) of 600 unseeded replies with guessing on against 600 seeded ones without (each
+    seed an exact draw from the model): a chi-square test of homogeneity. The shared generator is seeded so the
+    test gives the same verdict on every run."""
+    folder = tiny_model_dir("llama")
+    n, position = 600, 1
+    llm, _ = make_llm(folder, "float32", speculative="ngram", max_num_seqs=64)
+    # the model's own greedy loop, twice: its likeliest next tokens are in the prompt, so it gets guesses
+    greedy = llm.generate([LOOP], SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))[0].token_ids
+    prompt = LOOP + greedy + greedy
+    sample = SamplingParams(max_tokens=position + 3, temperature=0.6, top_k=4, ignore_eos=True)
+    llm.engine.sampler.inner.shared_generator.manual_seed(1234)
+    spec = Counter(o.token_ids[position] for o in llm.generate([prompt] * n, sample))
+    m = llm.metrics()
+    assert m.spec_verifications > n // 5 and m.spec_accepted_tokens > 30   # many draws went through verification
+    plain_llm, _ = make_llm(folder, "float32", speculative="off", max_num_seqs=64)
+    seeded = [SamplingParams(max_tokens=position + 3, temperature=0.6, top_k=4, seed=s, ignore_eos=True)
+              for s in range(n)]
+    plain = Counter(o.token_ids[position] for o in plain_llm.generate([prompt] * n, seeded))
+    tokens = sorted(set(spec) | set(plain))
+    assert len(tokens) >= 2, "the test needs a position the model is unsure about"
+    table = torch.tensor([[spec[t] for t in tokens], [plain[t] for t in tokens]], dtype=torch.float64)
+    expected = table.sum(1, keepdim=True) * table.sum(0, keepdim=True) / table.sum()
+    chi2 = ((table - expected) ** 2 / expected).sum()
+    dof = len(tokens) - 1
+    p_value = torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), chi2 / 2).item()
+    assert p_value > 1e-3, (dict(spec), dict(plain), p_value)
