@@ -1,7 +1,8 @@
 """Constrained decoding with llguidance: one matcher per constrained request, and the batch's token masks.
 
-The masks of a step are computed on a worker thread while the model runs its forward pass (llguidance
-releases the GIL), then applied to the sampled rows' logits in one vectorized step. A row's mask depends on
+Where cores are left over beside the forward pass, the masks of a step are computed on a worker thread while
+the model runs (llguidance releases the GIL); where the pass takes every core they are computed just before
+it. Then they are applied to the sampled rows' logits in one vectorized step. A row's mask depends on
 its own tokens only, so a constrained reply is the same whatever else shares the batch.
 """
 from __future__ import annotations
@@ -65,8 +66,9 @@ class MaskBatch:
         self.bitmask = bitmask      # int32 [len(rows), ceil(vocab / 32)], one bit per token
         self.done = done
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits [S, V] of the sampled rows -> a copy with every token a row's grammar refuses at -inf.
+    def apply(self, logits: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+        """logits [S, V] of the sampled rows -> every token a row's grammar refuses at -inf: in a copy, or in
+        `logits` itself when in_place (where the layout allows).
 
         Done in numpy, word by word: a word of 32 refused tokens (most of them, where the grammar expects
         punctuation) is one slice store, a word of 32 allowed ones (inside a string) is left alone, and only
@@ -75,8 +77,13 @@ class MaskBatch:
         self.done.result()
         count, vocab = logits.shape
         words = self.bitmask.numpy()
-        out = np.empty((count, words.shape[1] * 32), dtype=np.float32)
-        out[:, :vocab] = logits.float().numpy()
+        width = words.shape[1] * 32
+        shared = in_place and vocab == width and logits.dtype == torch.float32 and logits.is_contiguous()
+        if shared:
+            out = logits.numpy()   # the step's own logits, needed for nothing else (no logprobs asked)
+        else:
+            out = np.empty((count, width), dtype=np.float32)
+            out[:, :vocab] = logits.float().numpy()
         blocks = out.reshape(count, words.shape[1], 32)
         rows = np.asarray(self.rows)
         r, c = np.nonzero(words == 0)
@@ -88,7 +95,7 @@ class MaskBatch:
             partial = blocks[rows[r], c]
             partial[refused] = -np.inf
             blocks[rows[r], c] = partial
-        return torch.from_numpy(out)[:, :vocab]
+        return logits if shared else torch.from_numpy(out)[:, :vocab]
 
 
 class GrammarMasks:
@@ -104,16 +111,31 @@ class GrammarMasks:
         rows = [i for i, s in enumerate(seqs) if s.matcher is not None]
         if not rows:
             return None
-        if self._pool is None:
-            # a small share of the cores: the forward pass runs on the rest meanwhile
-            self._executor = llguidance.LLExecutor(num_threads=max(1, min(4, (os.cpu_count() or 2) // 2)))
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmchat-grammar")
         width = -(-self._compiler.tokenizer.vocab_size // 32)
         bitmask = torch.zeros(len(rows), width, dtype=torch.int32)
         matchers = [(seqs[i].matcher, k) for k, i in enumerate(rows)]
-        done = self._pool.submit(self._executor.unsafe_compute_mask_ptr, matchers, bitmask.data_ptr(),
-                                 width * 4, len(rows))
+        spare = (os.cpu_count() or 1) - torch.get_num_threads()
+        if spare < 1:
+            # every core runs the forward pass: any thread beside it (ours, or the library's worker pool, which
+            # spins a while after each job) stalls the pass's parallel regions at their barriers, while the
+            # masks take ~2 ms for 16 rows of a 152k vocabulary; so they are filled first, on this thread
+            row_bytes = width * 4
+            for matcher, k in matchers:
+                matcher.unsafe_compute_mask_ptr(bitmask.data_ptr() + k * row_bytes, row_bytes)
+            done: Future = Future()
+            done.set_result(None)
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmchat-grammar")
+            done = self._pool.submit(self._executor_for_step().unsafe_compute_mask_ptr, matchers,
+                                     bitmask.data_ptr(), width * 4, len(rows))
         return MaskBatch(rows, bitmask, done)
+
+    def _executor_for_step(self) -> llguidance.LLExecutor:
+        if self._executor is None:
+            spare = (os.cpu_count() or 1) - torch.get_num_threads()
+            self._executor = llguidance.LLExecutor(num_threads=max(1, min(4, spare)))
+        return self._executor
 
     def close(self) -> None:
         if self._pool is not None:

@@ -187,9 +187,10 @@ class LLMEngine:
                 # every row samples in a decode step: no copy of the [S, vocab] logits then
                 rows = sampled_rows(chunks)
                 rows_logits = logits if len(rows) == logits.shape[0] else logits[rows]
-                tokens = self.sampler(rows_logits if masks is None else masks.apply(rows_logits), views)
-                logprobs = (token_logprobs(rows_logits, tokens, views) if wanted(views)
-                            else [None] * len(views))
+                asked = wanted(views)   # logprobs come from the model's own logits, before any mask
+                tokens = self.sampler(rows_logits if masks is None else masks.apply(rows_logits, in_place=not asked),
+                                      views)
+                logprobs = token_logprobs(rows_logits, tokens, views) if asked else [None] * len(views)
                 emitted = self._verify(sampled, tokens, logprobs)
             self.scheduler.update(chunks)   # after verification: only accepted guesses count as computed
             for chunk, new_tokens, new_logprobs in emitted:
