@@ -86,3 +86,17 @@ def test_bench_json_schema_reports_constrained_against_unconstrained(tiny_model_
         assert cli_main(["bench", str(tiny_model_dir()), "--json-schema", str(path)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("llmchat: error: --json-schema: ") and message in err
+
+
+def test_bench_workload_compares_speculation_with_none(tiny_model_dir, capsys):
+    # the tiny model's 512-token context holds the chat workload only
+    code = cli_main(["bench", str(tiny_model_dir()), "--workload", "chat", "--speculative", "ngram",
+                     "--sessions", "3", "--tokens", "24", "--dtype", "float32", "--kv-cache-gb", "0.05", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["mode"] == "ngram" and report["sessions"] == 3
+    f = report["figures"]["chat"]
+    assert f["same_tokens"] is True and f["speedup_1"] > 0 and f["speedup_3"] > 0
+    assert f["off"]["guessed"] == 0 and f["off"]["decode_tok_s_1"] > 0
+    assert cli_main(["bench", str(tiny_model_dir()), "--workload", "chat", "--speculative", "off"]) == 2
+    assert "give --speculative auto or ngram" in capsys.readouterr().err

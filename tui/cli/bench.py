@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 from pathlib import Path
 
 from llmchat.engine.bench.llama_cpp import check_binary
@@ -22,6 +23,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--kv-cache-gb", type=float, default=1.0)
     p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
+                   help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the transformers and llama-cpp-python baselines (not --llama-bench)")
     p.add_argument("--llama-bench", metavar="PATH", default=None,
@@ -44,6 +47,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--serve", action="store_true",
                    help="HTTP cost: concurrent streaming clients of `llmchat serve` vs the in-process engine, one run")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 16], help="concurrent HTTP clients for --serve")
+    p.add_argument("--workload", nargs="+", choices=["code-edit", "quote", "chat"], default=None,
+                   help="speculative decoding: each workload's decode with --speculative (auto unless given) vs off, "
+                        "one session, and the first workload at the largest of --sessions (engine/bench/speculation.py)")
     p.add_argument("--json-schema", metavar="FILE",
                    help="the cost of a JSON-schema constraint: replies constrained to FILE's schema vs the same "
                         "prompts unconstrained, at 1 session and the largest of --sessions (engine/bench/structured.py)")
@@ -58,11 +64,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         raise ValueError("give a MODEL_PATH (or --kernels alone)")
     if args.llama_bench:
-        other = [f"--{m.replace('_', '-')}" for m in ("serve", "determinism", "context", "lora", "json_schema")
+        other = [f"--{m.replace('_', '-')}" for m in ("serve", "determinism", "context", "lora", "json_schema",
+                                                       "workload")
                  if getattr(args, m)]
         if other:
             raise ValueError(f"--llama-bench goes with the plain bench (decode, prefill), not with {other[0]}")
         check_binary(args.llama_bench)   # before the model is resolved and loaded
+    if args.speculative is not None:   # every engine this benchmark builds, a server's too (config.py reads it)
+        os.environ["LLMCHAT_SPECULATIVE"] = args.speculative
     name, kwargs = benchmark(args)
     # imported when run: a benchmark loads torch and the engine, which `llmchat --help` should not wait for
     bench = importlib.import_module(f"llmchat.engine.bench.{name}")
@@ -81,6 +90,11 @@ def benchmark(args: argparse.Namespace) -> tuple[str, dict]:
         return "determinism", dict(sessions=args.sessions, new_tokens=args.tokens, prefix_len=args.prefix, **engine)
     if args.context:
         return "context", dict(contexts=args.context, new_tokens=args.tokens, **engine)
+    if args.workload:
+        if args.speculative == "off":
+            raise ValueError("--workload compares speculation with none: give --speculative auto or ngram")
+        return "speculation", dict(workloads=args.workload, sessions=[1, max(args.sessions)], new_tokens=args.tokens,
+                                   mode=args.speculative or "auto", **engine)
     if args.json_schema:
         return "structured", dict(schema=read_schema(args.json_schema), sessions=[1, max(args.sessions)],
                                   new_tokens=args.tokens, **engine)

@@ -37,6 +37,8 @@ def add_parser(subparsers) -> None:
                        help="constrain the reply to JSON valid against this JSON schema (a file, or the schema inline)")
     shape.add_argument("--grammar", metavar="FILE",
                        help="constrain the reply to a grammar: a GBNF (llama.cpp) or Lark file")
+    p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
+                   help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
     p.add_argument("-v", "--verbose", action="store_true", help="print engine figures to stderr")
 
 
@@ -45,6 +47,11 @@ def one_request_sizing(kv_cache_gb: float | None) -> dict:
     engine's memory budget (a quarter of free RAM, at most 8 GiB); its memory is committed only as the reply
     fills it (kernels/memory.py), so no tokenizer pass is needed to size it. --kv-cache-gb sets it instead."""
     return {} if kv_cache_gb is not None else {"max_num_seqs": 1}
+
+
+def speculative_option(args: argparse.Namespace) -> dict:
+    """--speculative as an engine option; unset, the engine's default (EngineConfig, LLMCHAT_SPECULATIVE)."""
+    return {} if args.speculative is None else {"speculative": args.speculative}
 
 
 def reply_constraint(args: argparse.Namespace) -> StructuredOutputs | None:
@@ -87,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
         prompt = ([{"role": "system", "content": args.system}] if args.system else []) + \
                  [{"role": "user", "content": args.prompt}]
     llm = LLM(folder, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb, attention_backend=args.attention_backend,
-              quantize=args.quantize,
+              quantize=args.quantize, **speculative_option(args),
               **one_request_sizing(args.kv_cache_gb))
     if args.chat_template and not args.raw:
         use_template(llm.tokenizer, args.chat_template)
@@ -113,6 +120,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"[{engine.runner.dtype}, attention={engine.runner.attention_backend}, KV cache "
               f"{m.kv_cache_gb:.2f} GiB = {m.kv_blocks_total} blocks of {engine.config.block_size} tokens; "
               f"prompt {rm.num_prompt_tokens} tokens, generated {rm.num_generated_tokens} "
-              f"({out.finish_reason}); TTFT {rm.ttft or 0:.3f} s, {rm.decode_tokens_per_s or 0:.1f} tok/s]",
+              f"({out.finish_reason}); TTFT {rm.ttft or 0:.3f} s, {rm.decode_tokens_per_s or 0:.1f} tok/s"
+              f"{guess_summary(rm)}]",
               file=sys.stderr)
     return 0
+
+
+def guess_summary(metrics) -> str:
+    """'; guessed 40 tokens, 31 held' when speculation ran for the request."""
+    if not metrics.num_guessed_tokens:
+        return ""
+    return f"; guessed {metrics.num_guessed_tokens} tokens, {metrics.num_accepted_guesses} held"

@@ -30,6 +30,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-num-seqs", type=int, default=64, help="requests in the running batch at most")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
+    p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
+                   help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -69,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--max-pending and --max-body-mb must be positive")
     engine_kwargs = dict(dtype=args.dtype, kv_cache_gb=args.kv_cache_gb, quantize=args.quantize,
                          max_num_seqs=args.max_num_seqs, num_threads=args.threads,
-                         attention_backend=args.attention_backend)
+                         attention_backend=args.attention_backend,
+                         **({} if args.speculative is None else {"speculative": args.speculative}))
     settings = ServerSettings(api_key=api_key, max_pending=args.max_pending,
                               max_body_bytes=int(args.max_body_mb * 2**20), engine_kwargs=engine_kwargs)
     try:
