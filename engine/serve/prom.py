@@ -38,10 +38,24 @@ class EngineCollector:
         yield per_adapter
         for name, attr, doc in (("prompt_tokens", "total_prompt_tokens", "prompt tokens computed (cache hits excluded)"),
                                 ("generation_tokens", "total_generation_tokens", "tokens generated"),
-                                ("preemptions", "num_preemptions", "requests preempted for KV space")):
+                                ("preemptions", "num_preemptions", "requests preempted for KV space"),
+                                ("spec_guessed_tokens", "spec_guessed_tokens", "speculation: tokens guessed"),
+                                ("spec_accepted_tokens", "spec_accepted_tokens",
+                                 "speculation: guessed tokens the model agreed with"),
+                                ("spec_verifications", "spec_verifications",
+                                 "speculation: a request's steps that verified guesses")):
             family = CounterMetricFamily(f"llmchat_{name}", doc, labels=["model"])
             for model_id, snap in snapshots:
                 family.add_metric([model_id], float(getattr(snap, attr)))
+            yield family
+        for name, attr, doc in (("spec_acceptance_ratio", "spec_acceptance_rate", "speculation: guesses held / made"),
+                                ("spec_tokens_per_verification", "spec_tokens_per_verification",
+                                 "speculation: tokens a request gets from a step that verified guesses")):
+            family = GaugeMetricFamily(f"llmchat_{name}", doc, labels=["model"])
+            for model_id, snap in snapshots:
+                value = getattr(snap, attr)
+                if value is not None:   # no guesses yet: no sample rather than a made-up 0
+                    family.add_metric([model_id], value)
             yield family
         pending = GaugeMetricFamily("llmchat_server_pending_requests", "requests admitted by the server")
         pending.add_metric([], self.state.pending)

@@ -108,3 +108,17 @@ def test_export_markdown_and_json(tmp_path):
     assert data["messages"][1]["stats"]["num_cached_tokens"] == 8
     md, js = export_session(session, tmp_path)
     assert md.name == f"my-chat-code-{session.id}.md" and js.read_text() == session_to_json(session)
+
+
+def test_reply_stats_keep_what_guessing_did_and_older_rows_still_load(tmp_path):
+    db = ChatDatabase(tmp_path / "chats.sqlite3")
+    session = db.create_session("spec", SessionSettings())
+    stats = ReplyStats(ttft=0.1, tokens_per_s=30.0, num_generated_tokens=50, guessed_tokens=40, accepted_guesses=31)
+    db.add_message(session.id, ChatMessage("assistant", "x" * 50, finish_reason="stop", stats=stats))
+    old = ReplyStats(num_generated_tokens=3)
+    db.conn.execute("INSERT INTO messages (session_id, role, content, created, stats) VALUES (?, 'assistant', 'y', 0, ?)",
+                    (session.id, json.dumps({"num_generated_tokens": 3})))   # written before the fields existed
+    db.conn.commit()
+    [loaded] = [s for s in db.load_sessions() if s.id == session.id]
+    assert loaded.messages[0].stats == stats and "31/40 guesses held" in loaded.messages[0].stats.line()
+    assert loaded.messages[1].stats == old and "guesses" not in old.line()

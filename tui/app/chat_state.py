@@ -37,6 +37,8 @@ class ReplyStats:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     server_tokens_per_s: float | None = None   # what a remote server reports (llama-server timings)
+    guessed_tokens: int = 0                    # speculation: tokens guessed for this reply, and how many held
+    accepted_guesses: int = 0
 
     def line(self) -> str:
         parts = []
@@ -48,6 +50,8 @@ class ReplyStats:
             parts.append(f"server {self.server_tokens_per_s:.1f} tok/s")
         parts.append(f"{self.num_generated_tokens} tokens")
         parts.append(f"{self.num_cached_tokens}/{self.num_prompt_tokens} prompt tokens cached")
+        if self.guessed_tokens:
+            parts.append(f"{self.accepted_guesses}/{self.guessed_tokens} guesses held")
         return " · ".join(parts)
 
 
