@@ -20,8 +20,9 @@ def prompt_opens_reasoning(prompt_text: str) -> bool:
     return prompt_text.rstrip().endswith(OPEN)
 
 
-def _held_back(text: str, tag: str) -> int:
-    """How many characters at the end of `text` could be the start of `tag`."""
+def held_back(text: str, tag: str) -> int:
+    """How many characters at the end of `text` could be the start of `tag` (a streamed reply holds them back
+    until the next piece says whether the tag follows)."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):
         if tag.startswith(text[-n:]):
             return n
@@ -62,7 +63,7 @@ class ReasoningSplitter:
                 if self._unclosed_is_answer:
                     break
                 # held back: a tag's possible start, and trailing whitespace (the newline before </think>)
-                keep = _held_back(self._pending, CLOSE)
+                keep = held_back(self._pending, CLOSE)
                 text = self._pending[:len(self._pending) - keep]
                 shown = text.rstrip()
                 reasoning += self._reasoning_text(shown)

@@ -67,9 +67,9 @@ class StructuredOutputs:
 
 
 def _schema(value: Any) -> dict:
-    """`true` allows any JSON value, `false` nothing (JSON Schema's boolean schemas)."""
+    """`true` allows any JSON value (JSON Schema's boolean schema); `false`, which allows nothing, is refused."""
     if value is True:
         return {}
     if value is False:
-        return {"not": {}}
+        raise ValueError("the schema is `false`, which no reply can satisfy")
     return value

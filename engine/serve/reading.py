@@ -6,7 +6,7 @@ from ..chat import render_chat
 from ..reasoning import CLOSE, OPEN, ReasoningSplitter, template_thinks
 from .errors import ApiError
 from .reply import ReplyReader
-from .tool_parser import ToolCallParser
+from ..tool_calls import ToolCallParser
 
 
 def reply_reader(tokenizer, plan) -> ReplyReader | None:

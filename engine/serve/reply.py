@@ -1,11 +1,11 @@
 """A chat reply read as it streams: reasoning apart from the answer (engine/reasoning.py), then tool calls out of
-the answer (tool_parser.py). The same reader serves whole and streamed replies, so both say the same."""
+the answer (engine/tool_calls.py). The same reader serves whole and streamed replies, so both say the same."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..reasoning import ReasoningSplitter
-from .tool_parser import CallDelta, ToolCall, ToolCallParser
+from ..tool_calls import CallDelta, ToolCall, ToolCallParser
 
 
 @dataclass

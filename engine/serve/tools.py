@@ -16,7 +16,7 @@ from pydantic import Field
 from ..structured_outputs import StructuredOutputs
 from .body import Body
 from .errors import ApiError
-from .tool_parser import CALL_CLOSE, CALL_OPEN, HERMES, LLAMA3
+from ..tool_calls import CALL_CLOSE, CALL_OPEN, HERMES, LLAMA3
 
 # the compact JSON a call is written in (and read back from): no room for a small model to pad whitespace
 CALL_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -50,7 +50,7 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 class ToolPlan:
     """How one request uses its tools."""
     tools: list[dict]                        # as the chat template takes them
-    style: str                               # the call format the model writes (tool_parser.HERMES, LLAMA3)
+    style: str                               # the call format the model writes (tool_calls.HERMES, LLAMA3)
     in_template: bool                        # the template renders tools itself
     parallel: bool
     constraint: StructuredOutputs | None     # tool_choice required or named: the reply must be a call

@@ -247,7 +247,7 @@ def test_a_tool_schema_the_library_refuses_is_a_400_naming_tools(structured_serv
 
 @pytest.mark.parametrize("shaped", [False, True])
 def test_the_parser_piece_by_piece_says_what_the_whole_reply_says(shaped):
-    from llmchat.engine.serve.tool_parser import ToolCallParser
+    from llmchat.engine.tool_calls import ToolCallParser
     reply = ('Sure. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}}\n</tool_call>'
              '\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>')
     whole = ToolCallParser(names=set(SCHEMAS), shaped=shaped)

@@ -9,6 +9,7 @@ from textual.widgets import Collapsible, Label, Markdown, Static
 from ..chat_state import ChatMessage
 from ..code_blocks import code_blocks
 from ..reasoning import split_reasoning
+from ..tool_call_view import show_tool_calls
 
 
 class MessageView(Vertical, can_focus=True):
@@ -36,7 +37,8 @@ class MessageView(Vertical, can_focus=True):
         """(reasoning, answer): a reply's <think> text is shown apart, collapsed; a user's text is all answer."""
         if self.message.role != "assistant":
             return None, self.message.content
-        return split_reasoning(self.message.content)
+        reasoning, answer = split_reasoning(self.message.content)
+        return reasoning, show_tool_calls(answer)
 
     def compose(self):
         reasoning, answer = self.parts()

@@ -13,6 +13,8 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from .reasoning import held_back
+
 HERMES, LLAMA3 = "hermes", "llama3"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 # how a call's JSON starts (the grammar writes it so): the arguments stream from the end of this match (once
@@ -79,14 +81,6 @@ def _written_arguments(text: str) -> str | None:
     return text[head.end():end] if isinstance(value, dict) else None
 
 
-def _held_back(text: str, tag: str) -> int:
-    """How many characters at the end of `text` could be the start of `tag`."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
-
-
 class ToolCallParser:
     """feed(text) -> (content, call deltas); finish() -> the rest. `calls` lists every complete call so far.
     `shaped`: a grammar writes the calls (tool_choice required or named), so they parse: stream their arguments."""
@@ -115,7 +109,7 @@ class ToolCallParser:
                     content += before
                     self._pending, self._in_call = after, True
                     continue
-                keep = _held_back(self._pending, CALL_OPEN)
+                keep = held_back(self._pending, CALL_OPEN)
                 content += self._pending[:len(self._pending) - keep]
                 self._pending = self._pending[len(self._pending) - keep:]
                 break
@@ -152,7 +146,7 @@ class ToolCallParser:
             self._streaming, self._sent, self._arguments_at = ToolCall(head.group(1), ""), 0, head.end()
             deltas.append(CallDelta(index, self._streaming))
         arguments = body[self._arguments_at:]
-        sure = len(arguments) - _held_back(arguments, CALL_TAIL)
+        sure = len(arguments) - held_back(arguments, CALL_TAIL)
         if sure > self._sent:
             deltas.append(CallDelta(index, None, arguments[self._sent:sure]))
             self._sent = sure
