@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from .generation_defaults import CHAT_DEFAULTS
 from .structured_outputs import StructuredOutputs
 
 
@@ -50,11 +51,10 @@ class SamplingParams:
 
     def with_defaults(self, defaults: dict) -> "SamplingParams":
         """Fill every None field from `defaults` (generation_defaults.default_values), else llmchat's chat defaults."""
-        from .generation_defaults import CHAT_DEFAULTS as builtin
         filled = {}
         for f in fields(self):
-            if getattr(self, f.name) is None and f.name in builtin:
-                filled[f.name] = defaults.get(f.name, builtin[f.name])
+            if getattr(self, f.name) is None and f.name in CHAT_DEFAULTS:
+                filled[f.name] = defaults.get(f.name, CHAT_DEFAULTS[f.name])
         return replace(self, **filled)
 
     @property

@@ -12,7 +12,7 @@ from .state import ModelSpec, ServerSettings, ServerState
 def make_server(specs: list[ModelSpec], settings: ServerSettings, host: str, port: int, log_level: str = "info",
                 engine_factory=None):
     """A uvicorn.Server (not started) and its ServerState."""
-    import uvicorn
+    import uvicorn   # the ASGI server: needed only when a server starts, not to build the API (tests, openapi)
 
     check_bind(host, settings.api_key)
     state = ServerState(specs, settings, engine_factory)

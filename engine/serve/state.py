@@ -63,7 +63,7 @@ class ServerState:
         try:
             factory = self._engine_factory
             if factory is None:
-                from ..async_engine import AsyncEngine
+                from ..async_engine import AsyncEngine   # torch and the model code: tests give their own factory
                 factory = AsyncEngine
             for spec in self.specs:
                 engine = await asyncio.to_thread(factory, spec.path, **self.settings.engine_kwargs)
