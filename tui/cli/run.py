@@ -84,10 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from llmchat.engine import LLM, SamplingParams   # torch (~1 s): after the arguments are checked, not on --help
-
     folder = resolve_model(args.model)
-    constraint = reply_constraint(args)   # a bad file fails before the model loads
+    constraint = reply_constraint(args)   # a bad file fails before torch and the model load
+    from llmchat.engine import LLM, SamplingParams   # torch (~1 s): after the arguments are checked, not on --help
     if args.raw:
         prompt = args.prompt
     else:
