@@ -10,8 +10,8 @@ replies are token-identical with it on and off, and unseeded draws keep the mode
 emitted token is a sample of p given the accepted prefix; a guess is accepted with probability p(guess), the
 rule min(1, p/q) for a guess of probability q = 1).
 
-How far to guess follows each sequence's measured acceptance; a sequence whose guesses keep failing stops
-guessing for a while, so text that never repeats costs nothing.
+How far to guess follows each sequence's measured acceptance; a sequence whose guesses hold too rarely to pay
+stops guessing for a while, so text that never repeats costs (almost) nothing.
 """
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 MODES = ("auto", "ngram", "off")
 NGRAM_SIZES = (3, 2)       # the longest suffix that occurred before wins; 1-grams guess too wildly
 START_GUESS = 4
-MAX_GUESS = 8
-MISS_LIMIT = 3             # guesses that all failed, in a row, before a pause
-PAUSE_STEPS = 16           # decode steps without guessing after MISS_LIMIT failures
+MAX_GUESS = 15             # with the newest token, one 16-row tile of the quantized kernels
+PAYING = 0.5               # guesses held per verification (a running mean) below which guessing pauses: a
+                           # verification step costs about two plain ones on a quantized model here
+PAUSE_STEPS = 16           # decode steps without guessing after that
 AUTO_MAX_DECODES = 4       # "auto": guess while at most this many sequences decode (past that the batch is
                            # compute-bound here and extra rows cost about what they save)
 
@@ -56,7 +57,7 @@ class NgramIndex:
 class Guesser:
     """One sequence's guessing: its n-gram indexes, how far it guesses now, and its counts."""
     guess_len: int = START_GUESS
-    misses: int = 0
+    held: float = 1.0          # running mean of guesses held per verification
     paused: int = 0
     indexes: list[NgramIndex] = field(default_factory=lambda: [NgramIndex(n) for n in NGRAM_SIZES])
 
@@ -75,18 +76,15 @@ class Guesser:
         return []
 
     def observe(self, guessed: int, accepted: int) -> None:
-        """Adapt to one verification: guess further after full success, shorter after failures."""
+        """Adapt to one verification: guess further after full success, shorter after a miss, and pause while
+        guesses hold too rarely to pay for their steps."""
         if accepted == guessed:
-            self.guess_len = min(MAX_GUESS, self.guess_len + 2)
-            self.misses = 0
-        elif accepted == 0:
-            self.guess_len = max(1, self.guess_len // 2)
-            self.misses += 1
-            if self.misses >= MISS_LIMIT:
-                self.paused, self.misses, self.guess_len = PAUSE_STEPS, 0, START_GUESS
+            self.guess_len = min(MAX_GUESS, self.guess_len * 2)
         else:
             self.guess_len = max(1, accepted + 1)
-            self.misses = 0
+        self.held += 0.3 * (accepted - self.held)
+        if self.held < PAYING:
+            self.paused, self.held, self.guess_len = PAUSE_STEPS, 1.0, START_GUESS
 
 
 def accepted_run(draft: list[int], sampled: list[int]) -> list[int]:

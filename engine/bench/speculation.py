@@ -158,7 +158,7 @@ def format_report(r: dict) -> str:
         held = f"{on['accepted']}/{on['guessed']}" if on["guessed"] else "-"
         lines.append(f"{w:<12}{f['off']['decode_tok_s_1']:>11.1f}{on['decode_tok_s_1']:>12.1f}"
                      f"{f['speedup_1']:>9.2f}x{held:>15}{'yes' if f['same_tokens'] else 'NO':>13}")
-        if f"speedup_{many}" in f:
+        if many > 1 and f"speedup_{many}" in f:
             key = f"aggregate_tok_s_{many}"
             lines.append(f"{w + f', {many} sessions':<24}{f['off'][key]:>11.1f}{on[key]:>12.1f}"
                          f"{f[f'speedup_{many}']:>9.2f}x (aggregate)")
