@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import torch
 
+from ..sequence import ScheduledChunk
+
 # A fixed English text (public-domain style prose) the quality figures are measured over.
 TEXT = (
     "The old lighthouse keeper climbed the spiral stairs every evening at dusk. From the lamp room he could see "
@@ -35,7 +37,7 @@ def sequence_logits(llm, token_ids: list[int]) -> torch.Tensor:
         raise ValueError(f"the text needs {len(blocks)} KV blocks, the cache has {smallest}")
     seq = SimpleNamespace(token_ids=list(token_ids), num_computed_tokens=0, block_table=blocks,
                           window_table=blocks if runner.window_blocks else [])
-    chunk = SimpleNamespace(seq=seq, num_new_tokens=len(token_ids))
+    chunk = ScheduledChunk(seq, len(token_ids))
     with torch.inference_mode():
         input_ids, md, _rows = runner.prepare([chunk])
         return runner.model(input_ids, md, list(zip(runner.key_caches, runner.value_caches)), None).float()
