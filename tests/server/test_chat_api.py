@@ -121,6 +121,8 @@ def test_models_health_and_metrics(client, server):
     assert client.models.retrieve("tiny-a").id == "tiny-a"
     health = httpx.get(f"{server.base_url}/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"
+    # one finished request of this test's own: the histograms have samples whatever ran before (shuffled order)
+    client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=3, temperature=0)
     text = httpx.get(f"{server.base_url}/metrics").text
     for name in ("llmchat_generation_tokens_per_second", "llmchat_kv_cache_usage_ratio",
                  "llmchat_prefix_cache_hit_rate", "llmchat_num_requests_running", "llmchat_num_requests_waiting",
