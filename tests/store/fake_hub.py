@@ -102,6 +102,10 @@ class FakeHub:
     drop_after: dict[str, int] = field(default_factory=dict)   # file -> bytes sent before dropping (once)
     corrupt: set[str] = field(default_factory=set)              # files served with flipped bytes
     slow: float = 0.0                                           # seconds between 64 KiB pieces
+    # file -> gate: its body stops after the first 64 KiB piece until the gate opens, and `held` is set then, so
+    # a test can act (cancel) while a download is surely midway, however loaded the machine is
+    hold: dict[str, threading.Event] = field(default_factory=dict)
+    held: threading.Event = field(default_factory=threading.Event)
     url: str = ""
 
     def add(self, repo: FakeRepo) -> FakeRepo:
@@ -225,6 +229,11 @@ def _make_handler(hub: FakeHub):
             try:
                 for i in range(0, len(body), 1 << 16):
                     self.wfile.write(body[i:i + (1 << 16)])
+                    gate = hub.hold.get(filename)
+                    if gate is not None and i == 0 and len(body) > 1 << 16:
+                        self.wfile.flush()
+                        hub.held.set()
+                        gate.wait(timeout=120)
                     if hub.slow:
                         time.sleep(hub.slow)
             except (BrokenPipeError, ConnectionResetError):
@@ -248,5 +257,7 @@ class FakeHubServer:
         return self.hub
 
     def __exit__(self, *exc):
+        for gate in self.hub.hold.values():
+            gate.set()   # a test that stopped early leaves no body waiting
         self.httpd.shutdown()
         self.httpd.server_close()

@@ -3,6 +3,7 @@ repos: pick a quant, download that one file."""
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -67,8 +68,19 @@ async def test_search_download_then_delete(hub):
         assert any(n.startswith("Deleted") for n in notices(app))
 
 
+async def cancel_midway(pilot, app, screen, hub, gate) -> None:
+    """Cancel while the hub holds the weights half sent, then let the body go on: the cancel lands midway
+    whatever the machine's load (a timed slow body let a starved app cancel only after the weights arrived)."""
+    bar = screen.query_one("#transfer-progress", ProgressBar)
+    await wait_until(pilot, hub.held.is_set, what="the weights half sent")
+    await wait_until(pilot, lambda: (bar.progress or 0) > 0 and bar.total, what="download progress")
+    await pilot.press("ctrl+x")
+    await wait_until(pilot, lambda: any("Cancelling" in n for n in notices(app)), what="cancelling notice")
+    gate.set()
+
+
 async def test_download_shows_progress_and_can_be_cancelled(hub):
-    hub.slow = 0.05      # seconds per 64 KiB: the ~9 MB model takes several seconds
+    gate = hub.hold["model.safetensors"] = threading.Event()
     app = LlmChatApp(show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_search(pilot, app)
@@ -76,9 +88,7 @@ async def test_download_shows_progress_and_can_be_cancelled(hub):
         results.move_cursor(row=1)
         results.focus()
         await pilot.press("enter")
-        bar = screen.query_one("#transfer-progress", ProgressBar)
-        await wait_until(pilot, lambda: (bar.progress or 0) > 0 and bar.total, what="download progress")
-        await pilot.press("ctrl+x")
+        await cancel_midway(pilot, app, screen, hub, gate)
         await wait_until(pilot, lambda: any("stopped" in n for n in notices(app)), what="cancel notice")
         assert not screen.query_one("#transfer").display
         library = screen.query_one("#library-table", DataTable)
@@ -156,16 +166,14 @@ async def test_quant_picker_escape_downloads_nothing_and_library_shows_quant(ggu
 
 
 async def test_gguf_download_shows_progress_and_can_be_cancelled(gguf_hub):
-    gguf_hub.slow = 0.5      # seconds per 64 KiB: the ~210 KB file takes about 2 s
     app = LlmChatApp(show_welcome=False)
     async with app.run_test(size=SIZE) as pilot:
         screen, options = await open_gguf_picker(pilot, app)
         options.highlighted = [options.get_option_at_index(i).id for i in range(options.option_count)].index("Q8_0")
+        gate = gguf_hub.hold["Tiny-Chat-Q8_0.gguf"] = threading.Event()
         await pilot.press("enter")
-        bar = screen.query_one("#transfer-progress", ProgressBar)
-        await wait_until(pilot, lambda: (bar.progress or 0) > 0 and bar.total, what="download progress")
+        await cancel_midway(pilot, app, screen, gguf_hub, gate)
         assert "Q8_0" in str(screen.query_one("#transfer-label").render())
-        await pilot.press("ctrl+x")
         await wait_until(pilot, lambda: any("stopped" in n for n in notices(app)), what="cancel notice")
         assert not screen.query_one("#transfer").display
         library = screen.query_one("#library-table", DataTable)
