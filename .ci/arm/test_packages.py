@@ -5,7 +5,7 @@ import re
 import sys
 import tomllib
 
-ARM_TESTS_USE = {"pytest", "pytest-asyncio", "peft"}   # .ci/arm/inside's tests: no server fuzzing, no snapshots
+ARM_TESTS_USE = {"pytest", "pytest-asyncio", "pytest-xdist", "peft"}   # .ci/arm/inside's tests: no fuzzing, no snapshots
 
 project = tomllib.load(open(sys.argv[1], "rb"))
 wanted = [*project["build-system"]["requires"],
