@@ -14,7 +14,7 @@ from .generation import ClientGone, EventStream, collect, first_delta, response_
 from .openapi import truthful_openapi
 from .prom import ServerMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest
-from .reading import reply_reader
+from .reading import reply_reader, template_takes_kwargs
 from .responses import Envelope
 from .security import AccessMiddleware
 from .state import ServerState
@@ -85,6 +85,8 @@ def build_app(state: ServerState, load_on_startup: bool = True) -> FastAPI:
         model = state.lookup(body.model)
         tokenizer = model.engine.tokenizer
         plan = body.to_engine(getattr(tokenizer, "chat_template", None))
+        if body.chat_template_kwargs:
+            template_takes_kwargs(tokenizer, plan.prompt)
         reader = reply_reader(tokenizer, plan)
         envelope = Envelope(f"chatcmpl-{uuid.uuid4().hex}", model.id, chat=True)
         return await run_request(request, model, plan.prompt, plan.params, envelope, body, reader)

@@ -5,12 +5,12 @@ The schema says what the server accepts: ranges and shapes are declared here, so
 served, and one it refuses is a 400 before it reaches the engine. Fields OpenAI defines that the engine does not
 serve are accepted and ignored (user, store, metadata) or declared with the only value served (n, best_of).
 Extensions from vLLM and llama-server: top_k, min_p, repetition_penalty, ignore_eos, continue_final_message,
-add_generation_prompt, structured_outputs, grammar and json_schema.
+add_generation_prompt, chat_template_kwargs, structured_outputs, grammar and json_schema.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -24,6 +24,14 @@ from .messages import ChatMessage, has_tool_turns, template_message
 from .tools import Tool, ToolChoice, ToolPlan, plan_tools, renders_tools, written_out
 
 INT32_MAX = 2**31 - 1
+# names the renderer binds itself (the messages, the request's own fields, apply_chat_template's parameters): a
+# template keyword argument may not take them
+RESERVED_TEMPLATE_KWARGS = ("messages", "conversation", "tools", "documents", "add_generation_prompt",
+                            "continue_final_message", "chat_template", "tokenize", "return_dict", "padding",
+                            "truncation", "max_length", "return_tensors", "return_assistant_tokens_mask",
+                            "tokenizer_kwargs")
+TemplateKwargs = Annotated[dict[str, Any], Field(json_schema_extra={
+    "propertyNames": {"not": {"enum": list(RESERVED_TEMPLATE_KWARGS)}}})]
 
 
 class StreamOptions(Body):
@@ -97,12 +105,24 @@ class ChatCompletionRequest(_Sampling):
     continue_final_message: bool | None = Field(
         False, description="vLLM's extension: go on with the last message instead of a new reply")
     add_generation_prompt: bool | None = Field(True, description="false: the prompt ends with the last message")
+    chat_template_kwargs: TemplateKwargs | None = Field(
+        None, description="vLLM's and llama-server's extension: keyword arguments the chat template reads, such as "
+                          "enable_thinking")
 
     @model_validator(mode="after")
     def _tool_choice_needs_tools(self):
         if "tool_choice" in self.model_fields_set and "tools" not in self.model_fields_set:
             # an ApiError passes through pydantic as it is: a 400 naming the parameter
             raise ApiError(400, "tool_choice is only allowed when tools are given", param="tool_choice")
+        return self
+
+    @model_validator(mode="after")
+    def _template_kwargs_not_reserved(self):
+        taken = [k for k in (self.chat_template_kwargs or {}) if k in RESERVED_TEMPLATE_KWARGS]
+        if taken:
+            raise ApiError(400, f"chat_template_kwargs cannot set {taken[0]!r}: the request's messages, tools, "
+                                f"add_generation_prompt and continue_final_message say that",
+                           param="chat_template_kwargs")
         return self
 
     def to_engine(self, chat_template) -> ChatPlan:
@@ -118,7 +138,7 @@ class ChatCompletionRequest(_Sampling):
             constraint = tools.constraint
         messages = [template_message(m) for m in self.messages]
         params = self.sampling_params(max_tokens, logprobs, constraint)
-        kwargs: dict = {}
+        kwargs: dict = dict(self.chat_template_kwargs or {})
         if tools is not None and tools.in_template:
             kwargs["tools"] = tools.tools
         elif tools is not None or (not renders_tools(chat_template) and has_tool_turns(messages)):

@@ -2,6 +2,8 @@
 gives tools; None for a plain reply (streamed on the fast path)."""
 from __future__ import annotations
 
+from jinja2 import TemplateError
+
 from ..chat import render_chat
 from ..reasoning import CLOSE, OPEN, ReasoningSplitter, template_thinks
 from .errors import ApiError
@@ -31,3 +33,15 @@ def _prompt_opens_reasoning(tokenizer, prompt) -> bool:
     except ValueError as exc:
         raise ApiError(400, str(exc), param="messages") from None
     return rendered.rfind(OPEN) > rendered.rfind(CLOSE)
+
+
+def template_takes_kwargs(tokenizer, prompt) -> None:
+    """chat_template_kwargs reach the template's code: one that breaks it (a value where the template calls a
+    function, a type it cannot add) is the request's error, a 400 naming the parameter, never a 500."""
+    try:
+        render_chat(tokenizer, prompt)
+    except (TemplateError, ValueError):
+        raise                      # the messages' own errors, answered as they always are
+    except Exception as exc:
+        raise ApiError(400, f"the chat template failed with these chat_template_kwargs: {exc}",
+                       param="chat_template_kwargs") from None

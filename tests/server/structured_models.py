@@ -35,8 +35,12 @@ OPEN_THINK_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
 )
 
-# the model opens it: the reply is "<think>\n...\n</think>\n\nanswer"
-MODEL_THINKS_TEMPLATE = OPEN_THINK_TEMPLATE.replace("assistant\n<think>\n{% endif %}", "assistant\n{% endif %}")
+# the model opens it: the reply is "<think>\n...\n</think>\n\nanswer"; enable_thinking=false closes an empty one
+# in the prompt, as Qwen3's template does
+MODEL_THINKS_TEMPLATE = OPEN_THINK_TEMPLATE.replace(
+    "assistant\n<think>\n{% endif %}",
+    "assistant\n{% set ns = namespace(direct=enable_thinking is defined and enable_thinking is false) %}"
+    "{% if ns.direct %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
 
 
 def make_templated_model(path: Path, template: str, arch: str = "qwen2") -> Path:

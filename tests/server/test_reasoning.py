@@ -125,3 +125,39 @@ def test_the_splitter_of_a_constrained_reply_holds_its_reasoning_until_closed(re
         reasoning, answer = reasoning + r, answer + a
     r, a = splitter.finish()
     assert (reasoning + r, answer + a) == expected
+
+
+def test_chat_template_kwargs_reach_the_template(http, structured_server):
+    """vLLM's and llama-server's chat_template_kwargs (what Qwen3 clients send as extra_body): enable_thinking=false
+    closes an empty <think> in the prompt, so the whole reply is the answer, whole and streamed."""
+    body = {"structured_outputs": {"regex": "[A-Z][a-z]{2,5} [a-z]{2,5}"}, "temperature": 1.0, "seed": 3}
+    thinking = http.post("/v1/chat/completions", json={"model": "model-thinks", "messages": USER, **body}).json()
+    direct = http.post("/v1/chat/completions", json={
+        "model": "model-thinks", "messages": USER, "chat_template_kwargs": {"enable_thinking": False}, **body}).json()
+    tokenizer = structured_server.engine("model-thinks").tokenizer
+    closed = len(tokenizer("<think>\n\n</think>\n\n", add_special_tokens=False).input_ids)
+    assert direct["usage"]["prompt_tokens"] == thinking["usage"]["prompt_tokens"] + closed
+    message = direct["choices"][0]["message"]
+    assert message["reasoning_content"] is None and message["content"][0].isupper()
+    rc, r, content, reason = streamed(http, "model-thinks", chat_template_kwargs={"enable_thinking": False}, **body)
+    assert (rc, r, content, reason) == ("", "", message["content"], "stop")
+    plan = ChatCompletionRequest(messages=USER, chat_template_kwargs={"enable_thinking": False}).to_engine(
+        tokenizer.chat_template)
+    assert render_chat(tokenizer, plan.prompt).endswith("assistant\n<think>\n\n</think>\n\n")
+
+
+@pytest.mark.parametrize("name", ["tools", "add_generation_prompt", "messages"])
+def test_chat_template_kwargs_cannot_take_what_the_request_says(http, name):
+    r = http.post("/v1/chat/completions", json={"model": "model-thinks", "messages": USER,
+                                                "chat_template_kwargs": {name: True}})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "chat_template_kwargs" and repr(name) in error["message"]
+
+
+def test_chat_template_kwargs_that_break_the_template_are_the_requests_error(http):
+    """A keyword argument shadows what the template calls (its namespace()): a 400 naming the parameter, no 500."""
+    r = http.post("/v1/chat/completions", json={"model": "model-thinks", "messages": USER,
+                                                "chat_template_kwargs": {"namespace": 1}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "chat_template_kwargs" and "not callable" in r.json()["error"]["message"]
