@@ -133,6 +133,9 @@ class RemoteEngine:
             metrics.server_timings = timings
             if not metrics.num_cached_tokens and timings.get("cache_n"):
                 metrics.num_cached_tokens = int(timings["cache_n"])
+            if timings.get("draft_n"):     # the server guessed (speculative decoding): the stats line says so
+                metrics.num_guessed_tokens = int(timings["draft_n"])
+                metrics.num_accepted_guesses = int(timings.get("draft_n_accepted") or 0)
         return text, finish
 
     def _update_gauges(self, change: int) -> None:

@@ -53,7 +53,8 @@ def usage(metrics) -> dict:
 
 
 def timings(metrics) -> dict:
-    """llama-server's figures: prompt = up to the first token (queue included), predicted = the decode after."""
+    """llama-server's figures: prompt = up to the first token (queue included), predicted = the decode after;
+    draft_n / draft_n_accepted: tokens guessed and guesses held, when the reply guessed (speculative decoding)."""
     cached = metrics.num_cached_tokens
     prompt_n = max(metrics.num_prompt_tokens - cached, 0)
     prompt_s = metrics.ttft or 0.0
@@ -61,12 +62,15 @@ def timings(metrics) -> dict:
     decode_s = 0.0
     if metrics.first_token_time is not None and metrics.finish_time is not None:
         decode_s = max(metrics.finish_time - metrics.first_token_time, 0.0)
+    guessed = {"draft_n": metrics.num_guessed_tokens, "draft_n_accepted": metrics.num_accepted_guesses} \
+        if metrics.num_guessed_tokens else {}
     return {"cache_n": cached, "prompt_n": prompt_n, "prompt_ms": prompt_s * 1e3,
             "prompt_per_token_ms": prompt_s * 1e3 / prompt_n if prompt_n else 0.0,
             "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else 0.0,
             "predicted_n": predicted_n, "predicted_ms": decode_s * 1e3,
             "predicted_per_token_ms": decode_s * 1e3 / (predicted_n - 1) if predicted_n > 1 else 0.0,
-            "predicted_per_second": (predicted_n - 1) / decode_s if predicted_n > 1 and decode_s > 0 else 0.0}
+            "predicted_per_second": (predicted_n - 1) / decode_s if predicted_n > 1 and decode_s > 0 else 0.0,
+            **guessed}
 
 
 def token_text(tokenizer, token_id: int) -> str:
