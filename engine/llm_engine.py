@@ -209,13 +209,14 @@ class LLMEngine:
         running = self.scheduler.running
         for seq in running:
             seq.draft = []
-        mode = self.config.speculative
-        if mode == "off" or self.runner.window_layers:   # sliding-window KV pools: not verified with guesses yet
+        if self.runner.window_layers:   # sliding-window KV pools: not verified with guesses yet
             return
         decoding = [s for s in running if s.is_decoding and s.matcher is None]
-        if mode == "auto" and len(decoding) > AUTO_MAX_DECODES:
-            return
+        crowded = len(decoding) > AUTO_MAX_DECODES
         for seq in decoding:
+            mode = seq.params.speculative or self.config.speculative   # a request's own switch wins
+            if mode == "off" or (mode == "auto" and crowded):
+                continue
             if seq.guesser is None:
                 seq.guesser = Guesser()
             seq.draft = seq.guesser.propose(seq.token_ids, seq.max_total_tokens - seq.num_tokens - 1)

@@ -25,6 +25,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None        # None: off; k: each token's logprob and the k most likely (0..20)
     structured_outputs: StructuredOutputs | None = None   # constrain the reply (a JSON schema, regex, grammar...)
+    speculative: str | None = None     # this request's guessing: auto, ngram or off; None = EngineConfig.speculative
 
     def validate(self) -> None:
         """Raise ValueError with a message a user can act on."""
@@ -48,6 +49,8 @@ class SamplingParams:
             raise ValueError("stop strings must be non-empty")
         if self.structured_outputs is not None:
             self.structured_outputs.validate()
+        if self.speculative not in (None, "auto", "ngram", "off"):
+            raise ValueError(f"speculative must be auto, ngram or off, got {self.speculative!r}")
 
     def with_defaults(self, defaults: dict) -> "SamplingParams":
         """Fill every None field from `defaults` (generation_defaults.default_values), else llmchat's chat defaults."""

@@ -117,3 +117,22 @@ def test_unseeded_draws_keep_the_models_distribution(tiny_model_dir):
     dof = len(tokens) - 1
     p_value = torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), chi2 / 2).item()
     assert p_value > 1e-3, (dict(spec), dict(plain), p_value)
+
+
+@pytest.mark.parametrize("engine_mode", ["off", "ngram"])
+def test_a_request_switches_its_own_guessing(tiny_model_dir, engine_mode):
+    """SamplingParams.speculative (a session's F3 setting) wins over the engine's: in one batch, a request set to
+    off never guesses and one set to ngram guesses, whatever the engine's mode; the tokens are the same."""
+    llm, _ = make_llm(tiny_model_dir("llama"), "float32", speculative=engine_mode)
+    base = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    modes = [None, "off", "ngram"]
+    outs = llm.generate([LOOP * 4] * 3, [SamplingParams(**{**vars(base), "speculative": m}) for m in modes])
+    guessed = {m: o.metrics.num_guessed_tokens for m, o in zip(modes, outs)}
+    assert guessed["off"] == 0 and guessed["ngram"] > 0
+    assert (guessed[None] > 0) == (engine_mode == "ngram")
+    assert outs[0].token_ids == outs[1].token_ids == outs[2].token_ids
+
+
+def test_an_unknown_guessing_mode_is_refused():
+    with pytest.raises(ValueError, match="speculative must be auto, ngram or off"):
+        SamplingParams(speculative="always").validate()

@@ -18,6 +18,7 @@ class SessionSettings:
     seed: int | None = None
     chat_template: str = ""        # "" = the model's own; a known template's name (engine/chat_templates); "raw"
     thinking: bool | None = None   # a template's enable_thinking switch; None = the template's default
+    speculative: str | None = None  # guessing (speculative decoding): auto, ngram or off; None = the engine's
 
     def to_dict(self) -> dict:
         return asdict(self)

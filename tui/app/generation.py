@@ -22,7 +22,7 @@ def sampling_params(session: ChatSession):
     """SamplingParams from the session; unset fields stay None so the engine fills the model's defaults."""
     s = session.settings
     params = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                            min_p=s.min_p, seed=s.seed)
+                            min_p=s.min_p, seed=s.seed, speculative=s.speculative)
     params.validate()
     return params
 

@@ -1,4 +1,5 @@
-"""Per-session settings: model, adapter, system prompt and sampling. Empty fields = the defaults shown in them."""
+"""Per-session settings: model, adapter, system prompt, template switches, guessing and sampling. Empty fields =
+the defaults shown in them."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -24,6 +25,9 @@ TEMPLATE_CHOICES = [("the model's own", MODELS_OWN_OPTION), *((name, name) for n
                     ("raw (plain completion)", RAW)]
 # The template's enable_thinking switch: reasoning first (shown collapsed in the chat), or a direct answer.
 THINKING_CHOICES = [("the template's default", "default"), ("on", "on"), ("off", "off")]
+# Guessing (speculative decoding, local models): the same tokens either way, only the speed differs.
+GUESSING_CHOICES = [("the default (auto; LLMCHAT_SPECULATIVE)", "default"),
+                    ("auto: while at most 4 replies stream", "auto"), ("always (n-gram)", "ngram"), ("off", "off")]
 
 # field, label, type
 NUMBER_FIELDS = [("temperature", "Temperature", float), ("top_p", "Top-p", float), ("top_k", "Top-k", int),
@@ -100,6 +104,10 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
                     yield Label("Thinking", classes="form-label")
                     yield MountSafeSelect(THINKING_CHOICES, allow_blank=False, id="thinking", compact=True,
                                           value={None: "default", True: "on", False: "off"}[s.thinking])
+            with Horizontal(classes="form-row"):
+                yield Label("Guessing", classes="form-label")
+                yield MountSafeSelect(GUESSING_CHOICES, allow_blank=False, id="speculative", compact=True,
+                                      value=s.speculative or "default")
             for name, label, _ in NUMBER_FIELDS:
                 with Horizontal(classes="form-row"):
                     yield Label(label, classes="form-label")
@@ -125,13 +133,18 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
             return self.settings.thinking
         return {"on": True, "off": False}.get(self.query_one("#thinking", Select).value)
 
+    def speculative_choice(self) -> str | None:
+        value = self.query_one("#speculative", Select).value
+        return None if value in ("default", Select.NULL) else str(value)
+
     def collect(self) -> SessionSettings:
         values = {name: parse_number(label, self.query_one(f"#{name}", Input).value, kind)
                   for name, label, kind in NUMBER_FIELDS}
         settings = replace(self.settings, model=self.query_one("#model", Input).value.strip(),
                            adapter=self.query_one("#adapter", Input).value.strip() or None,
                            system_prompt=self.query_one("#system_prompt", TextArea).text.strip(),
-                           chat_template=self.chat_template_choice(), thinking=self.thinking_choice(), **values)
+                           chat_template=self.chat_template_choice(), thinking=self.thinking_choice(),
+                           speculative=self.speculative_choice(), **values)
         check_adapter(settings.adapter, settings.model, self.adapters)
         SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
                        top_k=settings.top_k, min_p=settings.min_p, seed=settings.seed).validate()
