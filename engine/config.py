@@ -76,6 +76,10 @@ class EngineConfig:
     # Draft-free speculative decoding (speculation.py): "auto" guesses while few sequences decode, "ngram"
     # always, "off" never. The tokens are the same either way. LLMCHAT_SPECULATIVE.
     speculative: str = field(default_factory=lambda: os.environ.get("LLMCHAT_SPECULATIVE", "").strip() or "auto")
+    # Full KV blocks also go to a disk tier under the prefix cache (kv_disk.py, in LLMCHAT_CACHE_DIR or the
+    # platform's cache dir), so a chat reopened after a restart starts warm; False: RAM only. LLMCHAT_KV_DISK=0.
+    kv_disk: bool = field(default_factory=lambda: _env_switch("LLMCHAT_KV_DISK", 1) != 0)
+    kv_disk_gb: float | None = None      # the disk tier's budget; None: 4 GiB or a tenth of the free disk
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
@@ -101,6 +105,8 @@ class EngineConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
         if self.max_adapters <= 0 or self.adapter_memory_gb <= 0:
             raise ValueError("max_adapters and adapter_memory_gb must be positive")
+        if self.kv_disk_gb is not None and self.kv_disk_gb <= 0:
+            raise ValueError(f"kv_disk_gb must be > 0, got {self.kv_disk_gb}")
         if self.speculative not in ("auto", "ngram", "off"):
             raise ValueError(f"speculative must be auto, ngram or off, got {self.speculative!r}")
         if self.small_m_max < 0:

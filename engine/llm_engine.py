@@ -61,6 +61,9 @@ class LLMEngine:
         self.lora = LoraManager(self.runner, config.max_adapters, int(config.adapter_memory_gb * 2**30),
                                 config.lora_fused)
         self.scheduler.on_finish = self._release_adapter
+        self.disk_prefix = self._disk_tier()
+        if self.disk_prefix is not None:
+            self.scheduler.extend_prefix = self.disk_prefix.restore
         self.requests: dict[str, Sequence] = {}
         self.spec_counts = {"guessed": 0, "accepted": 0, "verifications": 0}   # since start (metrics)
         self._pending: list[StreamDelta] = []     # deltas produced outside step() (aborts)
@@ -90,6 +93,21 @@ class LLMEngine:
                                config.kv_blocks_per_group),
             sizes)
         return num_blocks
+
+    def _disk_tier(self):
+        """The KV disk tier under the prefix cache (kv_disk.py), or None: switched off, no prefix cache, or a
+        model with sliding-window layers (their pool keeps only the window)."""
+        config = self.config
+        if not (config.kv_disk and config.enable_prefix_caching) or self.runner.window_layers:
+            return None
+        from .kv_disk import KVDiskTier
+        from .kv_disk_link import DiskPrefix, kv_identity
+        tier = KVDiskTier(kv_identity(config, self.runner), config.block_size, config.kv_disk_gb)
+        return DiskPrefix(tier, self.runner, self.block_manager) if tier.enabled else None
+
+    def flush_kv_disk(self, timeout: float | None = None) -> bool:
+        """Wait until every computed block queued for the disk tier is written (tests; before an exit)."""
+        return self.disk_prefix is None or self.disk_prefix.tier.flush(timeout)
 
     # ---- submission -----------------------------------------------------------------------------
     def make_sequence(self, prompt, params: SamplingParams | None = None, adapter: str | None = None,
@@ -193,6 +211,8 @@ class LLMEngine:
                 logprobs = token_logprobs(rows_logits, tokens, views) if asked else [None] * len(views)
                 emitted = self._verify(sampled, tokens, logprobs)
             self.scheduler.update(chunks)   # after verification: only accepted guesses count as computed
+            if self.disk_prefix is not None:
+                self.disk_prefix.save(chunks)
             for chunk, new_tokens, new_logprobs in emitted:
                 for token, logprob in zip(new_tokens, new_logprobs):
                     deltas.append(self._append(chunk.seq, token, logprob))
@@ -288,7 +308,8 @@ class LLMEngine:
                     adapters_resident=self.lora.resident_names(), running_per_adapter=per_adapter,
                     spec_guessed_tokens=self.spec_counts["guessed"],
                     spec_accepted_tokens=self.spec_counts["accepted"],
-                    spec_verifications=self.spec_counts["verifications"])
+                    spec_verifications=self.spec_counts["verifications"],
+                    prefix_disk_hit_tokens=self.disk_prefix.tier.hit_tokens if self.disk_prefix else 0)
 
     def _refresh_gauges(self) -> None:
         self.metrics.update_state(**self._gauges())

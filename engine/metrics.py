@@ -17,7 +17,8 @@ class MetricsSnapshot:
     kv_blocks_used: int = 0
     kv_blocks_total: int = 0
     kv_cache_gb: float = 0.0
-    prefix_cache_hit_rate: float = 0.0     # prompt tokens served from cache / prompt tokens looked up
+    prefix_cache_hit_rate: float = 0.0     # prompt tokens served from cache (RAM or disk) / prompt tokens looked up
+    prefix_disk_hit_tokens: int = 0        # prompt tokens read from the KV disk tier since start
     num_running: int = 0
     num_waiting: int = 0
     num_preemptions: int = 0

@@ -106,10 +106,27 @@ class ModelRunner:
             if layers:
                 cache = self._cache(len(layers), blocks)
                 caches.update({layer: cache[j] for j, layer in enumerate(layers)})
+                if layers is full_layers:
+                    self.full_cache = cache
         self.key_caches = [caches[i][0] for i in range(self.args.num_layers)]
         self.value_caches = [caches[i][1] for i in range(self.args.num_layers)]
         self.num_blocks = num_blocks
         self.window_blocks = window_blocks
+
+    @property
+    def block_kv_shape(self) -> tuple[int, ...]:
+        layers, two, _, heads, _, block_size, dim = self.full_cache.shape
+        return layers, two, heads, block_size, dim
+
+    def block_kv(self, block_id: int) -> torch.Tensor:
+        """A copy of one block's K and V over the full layers: [layers, 2, Hkv, block_size, D]."""
+        per_group = self.config.kv_blocks_per_group
+        return self.full_cache[:, :, block_id // per_group, :, block_id % per_group].clone()
+
+    def set_block_kv(self, block_id: int, data: torch.Tensor) -> None:
+        """Write one block's K and V (as block_kv gives them) into the cache."""
+        per_group = self.config.kv_blocks_per_group
+        self.full_cache[:, :, block_id // per_group, :, block_id % per_group] = data
 
     # ---- one step ---------------------------------------------------------------------------------------
     def prepare(self, chunks) -> tuple[torch.Tensor, AttentionMetadata, torch.Tensor]:

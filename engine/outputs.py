@@ -10,7 +10,8 @@ class RequestMetrics:
     first_token_time: float | None = None
     finish_time: float | None = None
     num_prompt_tokens: int = 0
-    num_cached_tokens: int = 0         # prompt tokens served from the prefix cache
+    num_cached_tokens: int = 0         # prompt tokens served from the prefix cache (RAM or disk)
+    num_disk_cached_tokens: int = 0    # of those, read from the KV disk tier
     num_generated_tokens: int = 0
     num_preemptions: int = 0
     num_guessed_tokens: int = 0        # speculation: tokens guessed for this request, and how many held

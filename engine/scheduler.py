@@ -36,6 +36,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.capacity_tokens = block_manager.num_blocks * block_manager.block_size
         self.on_finish = None                  # callback(seq) once per finished sequence (LoRA unpins its slot)
+        self.extend_prefix = None              # callback(seq) after a RAM prefix match (the KV disk tier)
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -113,6 +114,8 @@ class Scheduler:
                and len(self.running) < self.max_num_seqs):
             seq = self.waiting[0]
             self.block_manager.match_prefix(seq)
+            if self.extend_prefix is not None:
+                self.extend_prefix(seq)
             remaining = seq.num_uncomputed_tokens
             num_new = min(remaining, budget, prefill_left)
             if not self.block_manager.can_admit(seq, remaining, num_new):
@@ -126,6 +129,7 @@ class Scheduler:
             self.block_manager.record_lookup(seq)
             if seq.metrics.num_preemptions == 0:
                 seq.metrics.num_cached_tokens = min(seq.num_computed_tokens, seq.num_prompt_tokens)
+                seq.metrics.num_disk_cached_tokens = min(seq.disk_restored_tokens, seq.metrics.num_cached_tokens)
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)

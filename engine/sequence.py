@@ -40,6 +40,11 @@ class Sequence:
         # window_start are out of every future token's window, let go, and hold 0 (never read).
         self.window_table: list[int] = []
         self.window_start: int = 0
+        # The KV disk tier (kv_disk_link.py): the full blocks' stable digests, computed as needed, how many
+        # blocks were handed to the writer, and prompt tokens restored from disk.
+        self.disk_digests: list[bytes] = []
+        self.disk_saved: int = 0
+        self.disk_restored_tokens: int = 0
         self.params: SamplingParams = params
         self.adapter: str | None = adapter
         self.adapter_slot: int = adapter_slot

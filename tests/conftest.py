@@ -17,13 +17,18 @@ def isolated_cache_dir(tmp_path_factory):
     user's cache: tests see cold loads first, and nothing outlives the run."""
     import os
     folder = tmp_path_factory.mktemp("llmchat-cache")
-    previous = os.environ.get("LLMCHAT_CACHE_DIR")
+    previous = {name: os.environ.get(name) for name in ("LLMCHAT_CACHE_DIR", "LLMCHAT_KV_DISK")}
     os.environ["LLMCHAT_CACHE_DIR"] = str(folder)
+    # The KV disk tier is off unless a test turns it on (tests/engine/test_kv_disk*.py): with it on, engines of
+    # one session would find each other's blocks of the shared tiny models, and what a test counts as computed
+    # or cached would depend on which tests ran before it.
+    os.environ["LLMCHAT_KV_DISK"] = "0"
     yield folder
-    if previous is None:
-        os.environ.pop("LLMCHAT_CACHE_DIR", None)
-    else:
-        os.environ["LLMCHAT_CACHE_DIR"] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")
