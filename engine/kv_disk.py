@@ -18,6 +18,7 @@ and are never rewritten in place.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import hashlib
 import json
 import logging
@@ -82,6 +83,8 @@ class KVDiskTier:
         self.block_size = block_size
         self.enabled = self.writable = True
         self.hit_tokens = self.written = self.discarded = 0
+        self.looked_up_tokens = 0        # prompt tokens past the RAM match, looked for on disk
+        self._stats_saved = (0, 0)       # what close() has added to the folder's stats.json
         self._known: set[bytes] = set()
         self._queued: set[bytes] = set()
         self._pending_bytes = 0
@@ -100,7 +103,7 @@ class KVDiskTier:
         self.budget = default_budget(self.root, budget_gb)
         self._writer = threading.Thread(target=self._write_loop, name="llmchat-kv-disk", daemon=True)
         self._writer.start()
-        atexit.register(self.flush, 30.0)   # a reply's last blocks reach the disk before the process ends
+        atexit.register(self.close)   # a reply's last blocks reach the disk before the process ends
 
     # ---- engine thread ---------------------------------------------------------------------------------
     def path(self, digest: bytes) -> Path:
@@ -165,6 +168,14 @@ class KVDiskTier:
                     return False
                 self._idle.wait(left)
         return True
+
+    def close(self) -> None:
+        """Write what is queued (up to 30 s) and add this process' lookups and hits to the folder's stats."""
+        self.flush(30.0)
+        looked_up, hits = self.looked_up_tokens - self._stats_saved[0], self.hit_tokens - self._stats_saved[1]
+        if looked_up:
+            add_stats(self.folder, looked_up, hits)
+            self._stats_saved = (self.looked_up_tokens, self.hit_tokens)
 
     # ---- writer thread ---------------------------------------------------------------------------------
     def _write_loop(self) -> None:
@@ -265,3 +276,56 @@ def _subfolders(root: Path) -> list[Path]:
         return [p for p in root.iterdir() if p.is_dir()]
     except OSError:
         return []
+
+
+# ---- the folder as `llmchat cache` shows it ------------------------------------------------------------------
+def add_stats(folder: Path, looked_up: int, hits: int) -> None:
+    """Add to stats.json (tokens looked up on disk, tokens read), under a lock: processes share the folder."""
+    try:
+        with open(folder / "stats.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            stats = read_stats(folder)
+            stats["looked_up_tokens"] += looked_up
+            stats["hit_tokens"] += hits
+            _write_whole(folder / "stats.json", json.dumps(stats).encode())
+    except OSError:
+        pass
+
+
+def read_stats(folder: Path) -> dict:
+    try:
+        stats = json.loads((folder / "stats.json").read_text())
+        return {"looked_up_tokens": int(stats["looked_up_tokens"]), "hit_tokens": int(stats["hit_tokens"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {"looked_up_tokens": 0, "hit_tokens": 0}
+
+
+def models_on_disk(root: Path | None = None) -> list[dict]:
+    """One entry per model identity: its folder, model path, dtype, block files, bytes and hit figures."""
+    out = []
+    for folder in _subfolders(root or cache_dir()):
+        try:
+            identity = json.loads((folder / "identity.json").read_text())
+        except (OSError, ValueError):
+            identity = {}
+        files = [p for p in folder.glob("*.kv")]
+        size = 0
+        for p in files:
+            try:
+                size += p.stat().st_size
+            except OSError:
+                pass
+        out.append({"folder": folder, "model": identity.get("model", "?"), "dtype": identity.get("dtype", "?"),
+                    "entries": len(files), "bytes": size, **read_stats(folder)})
+    return out
+
+
+def clear(root: Path | None = None, model: Path | None = None) -> int:
+    """Delete every model's KV blocks, or one model's (every identity of that model folder); returns bytes freed."""
+    import shutil
+    freed = 0
+    for entry in models_on_disk(root):
+        if model is None or Path(entry["model"]) == Path(model).resolve():
+            freed += entry["bytes"]
+            shutil.rmtree(entry["folder"], ignore_errors=True)
+    return freed

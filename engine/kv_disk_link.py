@@ -76,6 +76,7 @@ class DiskPrefix:
         if start >= lookup or not self.tier.enabled:
             return 0
         chain = self.digests(seq, lookup)
+        self.tier.looked_up_tokens += (lookup - start) * bs
         restored = 0
         for i in range(start, lookup):
             if manager.num_free_blocks == 0 or not self.tier.present(chain[i]):

@@ -309,7 +309,12 @@ class LLMEngine:
                     spec_guessed_tokens=self.spec_counts["guessed"],
                     spec_accepted_tokens=self.spec_counts["accepted"],
                     spec_verifications=self.spec_counts["verifications"],
-                    prefix_disk_hit_tokens=self.disk_prefix.tier.hit_tokens if self.disk_prefix else 0)
+                    **self._disk_gauges())
+
+    def _disk_gauges(self) -> dict:
+        hits = self.disk_prefix.tier.hit_tokens if self.disk_prefix else 0
+        looked_up = getattr(self.block_manager, "query_tokens", 0)
+        return dict(prefix_disk_hit_tokens=hits, prefix_disk_hit_rate=hits / looked_up if looked_up else 0.0)
 
     def _refresh_gauges(self) -> None:
         self.metrics.update_state(**self._gauges())

@@ -19,6 +19,7 @@ class MetricsSnapshot:
     kv_cache_gb: float = 0.0
     prefix_cache_hit_rate: float = 0.0     # prompt tokens served from cache (RAM or disk) / prompt tokens looked up
     prefix_disk_hit_tokens: int = 0        # prompt tokens read from the KV disk tier since start
+    prefix_disk_hit_rate: float = 0.0      # of the prompt tokens looked up, those read from disk
     num_running: int = 0
     num_waiting: int = 0
     num_preemptions: int = 0

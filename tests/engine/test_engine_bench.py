@@ -100,3 +100,24 @@ def test_bench_workload_compares_speculation_with_none(tiny_model_dir, capsys):
     assert f["off"]["guessed"] == 0 and f["off"]["decode_tok_s_1"] > 0
     assert cli_main(["bench", str(tiny_model_dir()), "--workload", "chat", "--speculative", "off"]) == 2
     assert "give --speculative auto or ngram" in capsys.readouterr().err
+
+
+def test_bench_restart_reads_the_chat_back_in_a_new_process(tiny_model_dir, capsys):
+    code = cli_main(["bench", str(tiny_model_dir()), "--restart", "--prefix", "300", "--tokens", "16",
+                     "--dtype", "float32", "--kv-cache-gb", "0.05", "--json"])
+    assert code == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["prompt_len"] == 300 + 16 + 24
+    # every full block the first process computed (the chat and its reply but for the last token), read back
+    assert r["disk_tokens"] == (300 + 16 - 1) // 16 * 16
+    assert r["same_tokens"] is True
+    assert r["ttft_cold_s"] > 0 and r["ttft_warm_s"] > 0 and r["decode_tok_s_disk_on"] > 0
+    assert "--restart" in bench_help(capsys)
+
+
+def bench_help(capsys) -> str:
+    try:
+        cli_main(["bench", "--help"])
+    except SystemExit:
+        pass
+    return capsys.readouterr().out

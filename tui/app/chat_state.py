@@ -37,6 +37,7 @@ class ReplyStats:
     num_generated_tokens: int = 0
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    num_disk_cached_tokens: int = 0            # of those, read from the KV disk tier (a chat reopened warm)
     server_tokens_per_s: float | None = None   # what a remote server reports (llama-server timings)
     guessed_tokens: int = 0                    # speculation: tokens guessed for this reply, and how many held
     accepted_guesses: int = 0
@@ -50,7 +51,8 @@ class ReplyStats:
         if self.server_tokens_per_s:
             parts.append(f"server {self.server_tokens_per_s:.1f} tok/s")
         parts.append(f"{self.num_generated_tokens} tokens")
-        parts.append(f"{self.num_cached_tokens}/{self.num_prompt_tokens} prompt tokens cached")
+        disk = f" ({self.num_disk_cached_tokens} from disk)" if self.num_disk_cached_tokens else ""
+        parts.append(f"{self.num_cached_tokens}/{self.num_prompt_tokens} prompt tokens cached{disk}")
         if self.guessed_tokens:
             parts.append(f"{self.accepted_guesses}/{self.guessed_tokens} guesses held")
         return " · ".join(parts)

@@ -38,6 +38,7 @@ def stats_from(metrics, started: float, first_token_at: float | None, generated:
         return ReplyStats(ttft=metrics.ttft, tokens_per_s=rate,
                           num_generated_tokens=metrics.num_generated_tokens or generated,
                           num_prompt_tokens=metrics.num_prompt_tokens, num_cached_tokens=metrics.num_cached_tokens,
+                          num_disk_cached_tokens=metrics.num_disk_cached_tokens,
                           server_tokens_per_s=timings.get("predicted_per_second"),
                           guessed_tokens=metrics.num_guessed_tokens, accepted_guesses=metrics.num_accepted_guesses)
     ttft = None if first_token_at is None else first_token_at - started

@@ -12,6 +12,7 @@ import os
 import sys
 
 from .endpoints import add_endpoint_option
+from .kv_disk_option import add_kv_disk_option, apply_kv_disk
 
 SUBCOMMANDS = {
     "run": "llmchat.tui.cli.run",
@@ -19,6 +20,7 @@ SUBCOMMANDS = {
     "models": "llmchat.tui.cli.models",
     "compare": "llmchat.tui.cli.compare",
     "serve": "llmchat.tui.cli.serve",
+    "cache": "llmchat.tui.cli.cache",
 }
 
 
@@ -26,6 +28,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmchat", description="Chat with local language models.")
     parser.add_argument("--model", help="open the app with this model (path, name or remote:ENDPOINT/ID) loaded")
     add_endpoint_option(parser, dest="app_endpoints")
+    add_kv_disk_option(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = [a for a in argv if a in SUBCOMMANDS][:1]
     for name in SUBCOMMANDS:
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     tune_process()
     args = build_parser(argv).parse_args(argv)
     try:
+        apply_kv_disk(args)
         if args.command is None:
             from llmchat.tui.app.main import run_app   # Textual and the app: not loaded for a subcommand
             return run_app(model=args.model, endpoints=args.app_endpoints)

@@ -10,6 +10,8 @@ from pathlib import Path
 from llmchat.engine.bench.llama_cpp import check_binary
 from llmchat.engine.store import resolve_model
 
+from .kv_disk_option import add_kv_disk_option
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure tokens/s and TTFT of the engine vs transformers",
@@ -25,6 +27,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
                    help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
+    add_kv_disk_option(p, help="the KV disk tier in the engines the benchmark builds: off (default: a prompt read "
+                                "back from an earlier run's blocks would pass for prefill speed) or on")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the transformers and llama-cpp-python baselines (not --llama-bench)")
     p.add_argument("--llama-bench", metavar="PATH", default=None,
@@ -50,6 +54,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--workload", nargs="+", choices=["code-edit", "quote", "chat"], default=None,
                    help="speculative decoding: each workload's decode with --speculative (auto unless given) vs off, "
                         "one session, and the first workload at the largest of --sessions (engine/bench/speculation.py)")
+    p.add_argument("--restart", action="store_true",
+                   help="a chat of --prefix tokens reopened after a restart: time to first token with the KV disk "
+                        "tier vs computed, and decode speed while it writes (engine/bench/restart.py)")
     p.add_argument("--json-schema", metavar="FILE",
                    help="the cost of a JSON-schema constraint: replies constrained to FILE's schema vs the same "
                         "prompts unconstrained, at 1 session and the largest of --sessions (engine/bench/structured.py)")
@@ -65,13 +72,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give a MODEL_PATH (or --kernels alone)")
     if args.llama_bench:
         other = [f"--{m.replace('_', '-')}" for m in ("serve", "determinism", "context", "lora", "json_schema",
-                                                       "workload")
+                                                       "workload", "restart")
                  if getattr(args, m)]
         if other:
             raise ValueError(f"--llama-bench goes with the plain bench (decode, prefill), not with {other[0]}")
         check_binary(args.llama_bench)   # before the model is resolved and loaded
     if args.speculative is not None:   # every engine this benchmark builds, a server's too (config.py reads it)
         os.environ["LLMCHAT_SPECULATIVE"] = args.speculative
+    os.environ["LLMCHAT_KV_DISK"] = "1" if args.kv_disk == "on" else "0"   # the same way
     name, kwargs = benchmark(args)
     # imported when run: a benchmark loads torch and the engine, which `llmchat --help` should not wait for
     bench = importlib.import_module(f"llmchat.engine.bench.{name}")
@@ -86,6 +94,8 @@ def benchmark(args: argparse.Namespace) -> tuple[str, dict]:
                   num_threads=args.threads)
     if args.serve:
         return "serve", dict(clients=args.clients, new_tokens=args.tokens, quantize=args.quantize, **engine)
+    if args.restart:
+        return "restart", dict(prefix_len=args.prefix, new_tokens=args.tokens, **engine)
     if args.determinism:
         return "determinism", dict(sessions=args.sessions, new_tokens=args.tokens, prefix_len=args.prefix, **engine)
     if args.context:

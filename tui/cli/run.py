@@ -10,6 +10,8 @@ from llmchat.engine.chat_templates import KNOWN_TEMPLATES, NoChatTemplateError, 
 from llmchat.engine.store import resolve_model
 from llmchat.engine.structured_outputs import StructuredOutputs
 
+from .kv_disk_option import add_kv_disk_option
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("run", help="print the model's reply to one prompt (non-interactive)",
@@ -39,6 +41,7 @@ def add_parser(subparsers) -> None:
                        help="constrain the reply to a grammar: a GBNF (llama.cpp) or Lark file")
     p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
                    help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
+    add_kv_disk_option(p)
     p.add_argument("-v", "--verbose", action="store_true", help="print engine figures to stderr")
 
 
@@ -118,11 +121,16 @@ def _run(args: argparse.Namespace) -> int:
         rm = out.metrics
         print(f"[{engine.runner.dtype}, attention={engine.runner.attention_backend}, KV cache "
               f"{m.kv_cache_gb:.2f} GiB = {m.kv_blocks_total} blocks of {engine.config.block_size} tokens; "
-              f"prompt {rm.num_prompt_tokens} tokens, generated {rm.num_generated_tokens} "
+              f"prompt {rm.num_prompt_tokens} tokens{disk_summary(rm)}, generated {rm.num_generated_tokens} "
               f"({out.finish_reason}); TTFT {rm.ttft or 0:.3f} s, {rm.decode_tokens_per_s or 0:.1f} tok/s"
               f"{guess_summary(rm)}]",
               file=sys.stderr)
     return 0
+
+
+def disk_summary(metrics) -> str:
+    """' (120 read from disk)' when the KV disk tier gave part of the prompt (an earlier run computed it)."""
+    return f" ({metrics.num_disk_cached_tokens} read from disk)" if metrics.num_disk_cached_tokens else ""
 
 
 def guess_summary(metrics) -> str:

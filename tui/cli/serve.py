@@ -7,6 +7,8 @@ from pathlib import Path
 
 from llmchat.engine.store import resolve_model
 
+from .kv_disk_option import add_kv_disk_option
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve models over an OpenAI-compatible HTTP API",
@@ -30,6 +32,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-num-seqs", type=int, default=64, help="requests in the running batch at most")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
+    add_kv_disk_option(p)
     p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
                    help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

@@ -62,7 +62,11 @@ class EnginePanel(Vertical):
         self.query_one("#engine-kv", ProgressBar).update(total=max(total, 1), progress=used)
         self.query_one("#engine-kv-blocks", Static).update(f"{used}/{total} blocks")
         rate = sum(hit_rates) / len(hit_rates) if hit_rates else 0.0
-        self.query_one("#engine-prefix", Static).update(f"prefix hits {rate * 100:.0f}%{_guessing(snapshots)}")
+        disk_rates = [getattr(s, "prefix_disk_hit_rate", 0.0) for _, s in snapshots]
+        disk = sum(disk_rates) / len(disk_rates) if disk_rates else 0.0
+        from_disk = f" ({disk * 100:.0f}% from disk)" if disk > 0 else ""
+        self.query_one("#engine-prefix", Static).update(
+            f"prefix hits {rate * 100:.0f}%{from_disk}{_guessing(snapshots)}")
         self.query_one("#engine-queue", Static).update(f"running {running} · waiting {waiting}")
 
 
