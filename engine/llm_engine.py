@@ -229,8 +229,6 @@ class LLMEngine:
         running = self.scheduler.running
         for seq in running:
             seq.draft = []
-        if self.runner.window_layers:   # sliding-window KV pools: not verified with guesses yet
-            return
         decoding = [s for s in running if s.is_decoding and s.matcher is None]
         crowded = len(decoding) > AUTO_MAX_DECODES
         for seq in decoding:

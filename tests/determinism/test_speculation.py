@@ -136,3 +136,29 @@ def test_a_request_switches_its_own_guessing(tiny_model_dir, engine_mode):
 def test_an_unknown_guessing_mode_is_refused():
     with pytest.raises(ValueError, match="speculative must be auto, ngram or off"):
         SamplingParams(speculative="always").validate()
+
+
+def test_guessing_on_a_model_with_a_sliding_window_pool(tmp_path_factory):
+    """Gemma 3's local layers keep their window only (hybrid_blocks.py): guessed rows write KV past the
+    sequence's end in both pools and the window pool lets go of blocks by accepted tokens only; the tokens
+    and logits stay those without guessing, in small budgets and preempted."""
+    from tiny_models import make_model
+    folder = make_model(tmp_path_factory.mktemp("gemma3-spec"), "gemma3", num_hidden_layers=3,
+                        max_position_embeddings=2048,
+                        layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    ps = [LOOP * 6, [7, 8, 9] + LOOP * 3 + [40, 41] + LOOP[:6], LOOP * 2 + [5] * 30, LOOP[::-1] * 5]
+    sps = [SamplingParams(max_tokens=60, temperature=0.0, ignore_eos=True),
+           SamplingParams(max_tokens=60, temperature=0.8, seed=11, ignore_eos=True)] * 2
+    llm, rec = make_llm(folder, "float32", speculative="off")
+    assert llm.engine.runner.window_layers == [0, 2]
+    want = [run(llm, rec, [p], [sp])[0] for p, sp in zip(ps, sps)]
+    block = llm.engine.runner.kv_block_bytes(1)
+    for label, config in [("alone", {}), ("budget 16", {"max_num_batched_tokens": 16}),
+                          ("preempted", {"kv_cache_gb": 14 * 3 * block / 2**30, "max_num_batched_tokens": 48})]:
+        llm, rec = make_llm(folder, "float32", speculative="ngram", **config)
+        got = run(llm, rec, ps, sps)
+        assert first_difference(got, want) is None, label
+        m = llm.metrics()
+        assert m.spec_accepted_tokens > 0, label
+        if label == "preempted":
+            assert m.num_preemptions > 0
