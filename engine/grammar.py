@@ -107,29 +107,48 @@ class GrammarMasks:
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self, seqs: list[Sequence]) -> MaskBatch | None:
-        """Begin the masks of the constrained rows among `seqs` (the step's sampled sequences, in order)."""
+        """Begin the masks of the constrained rows among `seqs` (the step's sampled rows, in order: a sequence,
+        or speculation's RowView of it `ahead` guesses on; a sequence's views are consecutive)."""
         rows = [i for i, s in enumerate(seqs) if s.matcher is not None]
         if not rows:
             return None
         width = -(-self._compiler.tokenizer.vocab_size // 32)
         bitmask = torch.zeros(len(rows), width, dtype=torch.int32)
-        matchers = [(seqs[i].matcher, k) for k, i in enumerate(rows)]
+        # one entry per constrained sequence: its matcher, its first row and its guesses, whose rows follow
+        matchers = [(seqs[i].matcher, k, _guesses(seqs[i])) for k, i in enumerate(rows)
+                    if getattr(seqs[i], "ahead", 0) == 0]
         spare = (os.cpu_count() or 1) - torch.get_num_threads()
         if spare < 1:
             # every core runs the forward pass: any thread beside it (ours, or the library's worker pool, which
             # spins a while after each job) stalls the pass's parallel regions at their barriers, while the
             # masks take ~2 ms for 16 rows of a 152k vocabulary; so they are filled first, on this thread
             row_bytes = width * 4
-            for matcher, k in matchers:
-                matcher.unsafe_compute_mask_ptr(bitmask.data_ptr() + k * row_bytes, row_bytes)
+            for matcher, k, guesses in matchers:
+                # a guessed row's mask is the matcher's after the guesses before it (validated when proposed)
+                for j in range(len(guesses) + 1):
+                    matcher.unsafe_compute_mask_ptr(bitmask.data_ptr() + (k + j) * row_bytes, row_bytes)
+                    if j < len(guesses):
+                        matcher.consume_token(guesses[j])
+                if guesses:
+                    matcher.rollback(len(guesses))
             done: Future = Future()
             done.set_result(None)
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmchat-grammar")
-            done = self._pool.submit(self._executor_for_step().unsafe_compute_mask_ptr, matchers,
-                                     bitmask.data_ptr(), width * 4, len(rows))
+            done = self._pool.submit(self._fill, matchers, bitmask.data_ptr(), width * 4, len(rows))
         return MaskBatch(rows, bitmask, done)
+
+    def _fill(self, matchers: list, pointer: int, row_bytes: int, count: int) -> None:
+        """On the worker: the library's parallel fill, its draft-token form for sequences with guesses (it
+        advances each matcher through them and rolls back; it refuses an empty list)."""
+        executor = self._executor_for_step()
+        plain = [(m, k) for m, k, guesses in matchers if not guesses]
+        guessing = [entry for entry in matchers if entry[2]]
+        if plain:
+            executor.unsafe_compute_mask_ptr(plain, pointer, row_bytes, count)
+        if guessing:
+            executor.unsafe_compute_mask_ptr_with_draft_token(guessing, pointer, row_bytes, count)
 
     def _executor_for_step(self) -> llguidance.LLExecutor:
         if self._executor is None:
@@ -141,6 +160,16 @@ class GrammarMasks:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def _guesses(row) -> list[int]:
+    """The guesses whose rows follow this one's (speculation.RowView at ahead 0; a sequence's own row has none)."""
+    return list(getattr(row, "row_guesses", None) or [])
+
+
+def guessable(matcher, draft: list[int]) -> list[int]:
+    """The guesses a constrained sequence may verify: those its grammar allows, in order, from its state."""
+    return draft[:matcher.validate_tokens(draft)] if draft else draft
 
 
 def advance(seq: Sequence, token: int) -> bool:

@@ -11,7 +11,7 @@ from .block_manager import BlockManager
 from .chat import load_tokenizer, prompt_to_token_ids
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
-from .grammar import GrammarCompiler, GrammarMasks, advance
+from .grammar import GrammarCompiler, GrammarMasks, advance, guessable
 from .hybrid_blocks import HybridBlockManager, WindowBlockManager, window_pool_blocks
 from .kv_budget import plan_hybrid_kv_blocks, plan_kv_blocks
 from .logprobs import token_logprobs, wanted
@@ -229,7 +229,7 @@ class LLMEngine:
         running = self.scheduler.running
         for seq in running:
             seq.draft = []
-        decoding = [s for s in running if s.is_decoding and s.matcher is None]
+        decoding = [s for s in running if s.is_decoding]
         crowded = len(decoding) > AUTO_MAX_DECODES
         for seq in decoding:
             mode = seq.params.speculative or self.config.speculative   # a request's own switch wins
@@ -238,6 +238,8 @@ class LLMEngine:
             if seq.guesser is None:
                 seq.guesser = Guesser()
             seq.draft = seq.guesser.propose(seq.token_ids, seq.max_total_tokens - seq.num_tokens - 1)
+            if seq.matcher is not None:   # only guesses the grammar allows: the others could never hold
+                seq.draft = guessable(seq.matcher, seq.draft)
 
     def _verify(self, sampled: list[ScheduledChunk], tokens: list[int], logprobs: list) -> list:
         """Per sampling chunk: the tokens it emits (its guesses the model agreed with, then the model's own) and

@@ -98,12 +98,14 @@ def accepted_run(draft: list[int], sampled: list[int]) -> list[int]:
 
 class RowView:
     """A sequence as it would stand after the first `ahead` guesses: what the sampler reads of a row (params,
-    seeded generator, position, tokens for penalties), so a guessed row is sampled as that position would be."""
-
-    matcher = None           # constrained sequences do not guess
+    seeded generator, position, tokens for penalties), so a guessed row is sampled as that position would be.
+    A constrained sequence's rows share its matcher: the masks follow the guesses (grammar.GrammarMasks)."""
 
     def __init__(self, seq, draft: list[int], ahead: int) -> None:
         self.seq = seq
+        self.matcher = seq.matcher
+        self.ahead = ahead
+        self.row_guesses = draft if ahead == 0 else []   # the guesses whose rows follow this one
         self.params = seq.params
         self.generator = seq.generator
         self.request_id = seq.request_id
