@@ -120,7 +120,9 @@ class BlockManager:
         """After a step: hash every newly completed block so later requests can reuse it."""
         if not self.enable_prefix_caching:
             return
-        full = seq.num_computed_tokens // self.block_size
+        # accepted guesses count as computed before the engine appends them to token_ids (speculation.py): a
+        # block is hashed once its tokens are all there, the step after
+        full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
         for i in range(len(seq.block_hashes), full):
             tokens = self.block_tokens(seq, i)
             parent = seq.block_hashes[-1] if seq.block_hashes else None

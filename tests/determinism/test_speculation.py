@@ -162,3 +162,21 @@ def test_guessing_on_a_model_with_a_sliding_window_pool(tmp_path_factory):
         assert m.spec_accepted_tokens > 0, label
         if label == "preempted":
             assert m.num_preemptions > 0
+
+
+def test_a_guessing_sequences_blocks_are_hashed_on_their_own_tokens(tiny_model_dir):
+    """Accepted guesses count as computed a moment before they join the sequence's tokens: every block hash
+    must still be the chain of the block's final tokens, or the reply's later blocks are never found again."""
+    from llmchat.engine.block_manager import chain_hash
+    llm, _ = make_llm(tiny_model_dir("llama"), "float32", speculative="ngram")
+    engine = llm.engine
+    seq = engine.add_request(LOOP * 3, SamplingParams(max_tokens=80, temperature=0.0, ignore_eos=True))
+    checked = 0
+    while not seq.is_finished:
+        engine.step()
+        parent = None
+        for i, h in enumerate(seq.block_hashes):
+            parent = chain_hash(parent, tuple(seq.token_ids[i * 16:(i + 1) * 16]), seq.adapter_key)
+            assert h == parent, f"block {i}"
+            checked += 1
+    assert seq.metrics.num_accepted_guesses > 20 and checked > 20
