@@ -42,9 +42,9 @@ def test_a_second_run_reads_the_first_ones_blocks(tiny_model_dir, tmp_path):
     assert llmchat(cache, "run", other, LONG, "--max-tokens", "2").returncode == 0
     shown = llmchat(cache, "cache")
     assert shown.returncode == 0, shown.stderr
-    rows = {line.split()[0]: line.split() for line in shown.stdout.splitlines()[1:-1]}
+    rows = {line.split()[-1]: line.split() for line in shown.stdout.splitlines()[1:-1]}
     assert set(rows) == {str(folder.resolve()), str(other.resolve())}
-    assert rows[str(folder.resolve())][-1] != "-"             # the second run's hits
+    assert rows[str(folder.resolve())][3] == "50%" and rows[str(other.resolve())][3] == "0%"   # hit rates (size is 2 words)
     cleared = llmchat(cache, "cache", "clear", folder)
     assert cleared.returncode == 0 and "cleared" in cleared.stdout
     assert str(folder.resolve()) not in llmchat(cache, "cache").stdout

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from tmux_helpers import app_env, start_app, stop_tmux, tmux, wait_for_screen
 
@@ -33,7 +34,9 @@ def test_real_smollm2_answers_with_default_settings(tmp_path):
         wait_for_screen(socket, lambda s: "Sessions" in s and "loaded" in s, "SmolLM2 loaded", timeout=300)
         tmux(socket, "send-keys", "-t", "smoke", "-l", "What is the capital of France?")
         tmux(socket, "send-keys", "-t", "smoke", "Enter")
-        wait_for_screen(socket, lambda s: "TTFT" in s and "generating" not in s, "the finished reply", timeout=300)
+        wait_for_screen(socket, lambda s: "TTFT" in s, "the reply's stats line", timeout=300)
+        # the end of the reply, from its saved row: on screen, "generating…" can sit under the load notice
+        wait_for_reply_saved(tmp_path / "data" / "chats.sqlite3")
         tmux(socket, "send-keys", "-t", "smoke", "C-q")
         wait_for_screen(socket, lambda s: "Sessions" not in s, "the app to quit")
     finally:
@@ -42,3 +45,19 @@ def test_real_smollm2_answers_with_default_settings(tmp_path):
         rows = conn.execute("SELECT role, content, finish_reason FROM messages ORDER BY id").fetchall()
     assert [r[0] for r in rows] == ["user", "assistant"]
     assert rows[1][2] in ("stop", "context") and len(rows[1][1].split()) >= 3    # words, not an empty reply
+
+
+def wait_for_reply_saved(db, timeout: float = 300) -> None:
+    """Until the app has saved the assistant reply as finished (finish_reason set)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with sqlite3.connect(db) as conn:
+                done = conn.execute("SELECT 1 FROM messages WHERE role = 'assistant' AND finish_reason IS NOT NULL"
+                                    ).fetchone()
+        except sqlite3.OperationalError:   # not created yet
+            done = None
+        if done:
+            return
+        assert time.monotonic() < deadline, "the reply was never saved as finished"
+        time.sleep(0.2)   # another process' database: there is no event to wait on

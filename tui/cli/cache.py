@@ -28,18 +28,13 @@ def run(args: argparse.Namespace) -> int:
     if not models:
         print(f"no KV blocks on disk ({cache_dir()})")
         return 0
-    print(f"{'model':<48} {'dtype':<15} {'entries':>8} {'size':>10} {'hit rate':>9}")
+    print(f"{'entries':>8} {'size':>10} {'hit rate':>9}  {'dtype':<9} model")
     for m in sorted(models, key=lambda m: -m["bytes"]):
         looked = m["looked_up_tokens"]
         rate = f"{m['hit_tokens'] / looked:.0%}" if looked else "-"
-        print(f"{_short(m['model']):<48} {m['dtype'].replace('torch.', ''):<15} {m['entries']:>8} "
-              f"{_size(m['bytes']):>10} {rate:>9}")
+        print(f"{m['entries']:>8} {_size(m['bytes']):>10} {rate:>9}  {m['dtype'].replace('torch.', ''):<9} {m['model']}")
     print(f"in {cache_dir()}; hit rate: prompt tokens read from disk / looked for there")
     return 0
-
-
-def _short(path: str) -> str:
-    return path if len(path) <= 48 else "..." + path[-45:]
 
 
 def _size(n: int) -> str:
