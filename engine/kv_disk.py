@@ -31,8 +31,6 @@ import zlib
 from array import array
 from pathlib import Path
 
-import torch
-
 from .cache_paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -146,11 +144,16 @@ class KVDiskTier:
             pass
         return payload
 
-    def write(self, digest: bytes, token_ids: tuple[int, ...], data: torch.Tensor) -> None:
-        """Queue a computed block (data: its KV, copied by the caller) unless it is on disk already."""
-        if not (self.enabled and self.writable) or digest in self._queued or self.present(digest):
-            return
-        nbytes = data.numel() * data.element_size()
+    def wants(self, digest: bytes) -> bool:
+        """Whether a computed block should be queued: writing is on and it is neither queued nor on disk. The
+        caller asks before it copies the block out."""
+        return self.enabled and self.writable and digest not in self._queued and not self.present(digest)
+
+    def write(self, digest: bytes, token_ids: tuple[int, ...], data) -> None:
+        """Queue a computed block that wants() took. data: its KV as bytes, copied by the caller (a flat uint8
+        tensor or numpy array: anything with a buffer; this module stays free of torch, so the command line
+        lists and clears the folders without loading it)."""
+        nbytes = memoryview(data).nbytes
         if self._pending_bytes + nbytes > MAX_PENDING_BYTES:
             return                           # the writer is behind: this block stays in RAM only
         with self._idle:
@@ -189,11 +192,11 @@ class KVDiskTier:
             finally:
                 with self._idle:
                     self._queued.discard(digest)
-                    self._pending_bytes -= data.numel() * data.element_size()
+                    self._pending_bytes -= memoryview(data).nbytes
                     self._idle.notify_all()
 
-    def _write_block(self, digest: bytes, token_ids: tuple[int, ...], data: torch.Tensor) -> None:
-        payload = data.contiguous().view(torch.uint8).numpy().tobytes()
+    def _write_block(self, digest: bytes, token_ids: tuple[int, ...], data) -> None:
+        payload = memoryview(data).tobytes()
         header = HEADER.pack(MAGIC, len(token_ids), len(payload), zlib.crc32(payload))
         try:
             _write_whole(self.path(digest), header + array("i", token_ids).tobytes() + payload)

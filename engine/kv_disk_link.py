@@ -106,7 +106,7 @@ class DiskPrefix:
             chain = self.digests(seq, full)
             bs = self.block_size
             for i in range(seq.disk_saved, full):
-                if not self.tier.present(chain[i]):
-                    self.tier.write(chain[i], tuple(seq.token_ids[i * bs:(i + 1) * bs]),
-                                    self.runner.block_kv(seq.block_table[i]))
+                if self.tier.wants(chain[i]):
+                    kv = self.runner.block_kv(seq.block_table[i]).view(-1).view(torch.uint8).numpy()
+                    self.tier.write(chain[i], tuple(seq.token_ids[i * bs:(i + 1) * bs]), kv)
             seq.disk_saved = full

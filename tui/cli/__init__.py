@@ -7,6 +7,7 @@ cost ~0.1 s), so `llmchat --help` and the app start without the others.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import sys
@@ -65,3 +66,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmchat: error: {exc}", file=sys.stderr)
         return 2
 
+
+
+def entry() -> None:
+    """The `llmchat` command (and `python -m llmchat.tui.cli`): main(), then, once torch is loaded, the process
+    ends as soon as the atexit work is done (the KV disk tier's last blocks, logging) instead of going through
+    Python's teardown of torch and the model, which frees what the OS frees anyway (~0.5 s after a reply)."""
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:   # `llmchat run ... | head -1`: the reader has gone, nothing is lost
+        pass
+    if "torch" in sys.modules:
+        atexit._run_exitfuncs()   # what a normal exit runs first; os._exit skips only the module teardown
+        os._exit(code)
+    sys.exit(code)

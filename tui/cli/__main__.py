@@ -1,6 +1,4 @@
 """`python -m llmchat.tui.cli ...`: the same as the `llmchat` command."""
-import sys
+from . import entry
 
-from . import main
-
-sys.exit(main())
+entry()
