@@ -14,6 +14,7 @@ from typing import Any, Callable
 from llmchat.engine.generation_defaults import read_generation_config, sampling_defaults
 from llmchat.engine.store import resolve_model
 
+from .load_progress import LoadProgress
 from .loaded_model import LoadedModel
 from .remote_models import RemoteModels, is_remote
 
@@ -57,7 +58,7 @@ class EngineManager:
         self.notify = notify
         self.loaded: OrderedDict[str, LoadedModel] = OrderedDict()   # least recently used first
         self.loading: dict[str, asyncio.Task] = {}
-        self.load_fraction: dict[str, float] = {}   # share of the load done, per model loading (set by its thread)
+        self.load_progress: dict[str, LoadProgress] = {}   # per model loading (reported by its thread)
         self.remote = RemoteModels(endpoints or [])
 
     def key(self, name: str) -> str:
@@ -109,15 +110,12 @@ class EngineManager:
         await self._make_room(weight_bytes + kv_bytes)
         from llmchat.engine import AsyncEngine   # imported here: torch loads only when a model does
         key = str(path)
-        self.load_fraction[key] = 0.0
-
-        def progress(done: int, total: int) -> None:
-            self.load_fraction[key] = done / total if total else 1.0
+        progress = self.load_progress[key] = LoadProgress()
         try:
-            engine = await asyncio.to_thread(AsyncEngine, key, load_progress=progress, kv_cache_gb=self.kv_cache_gb,
-                                             **self.engine_kwargs)
+            engine = await asyncio.to_thread(AsyncEngine, key, load_progress=progress.report,
+                                             kv_cache_gb=self.kv_cache_gb, **self.engine_kwargs)
         finally:
-            self.load_fraction.pop(key, None)
+            self.load_progress.pop(key, None)
         model = LoadedModel(name=name, path=path, engine=engine, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
                             generation_defaults=read_generation_defaults(path),
                             weights=weights_label(path, self.engine_kwargs))

@@ -334,7 +334,7 @@ class MainScreen(Screen):
                 await view.sync()
 
     def poll_metrics(self) -> None:
-        loading = [(Path(k).name, self.engines.load_fraction.get(k)) for k in self.engines.loading]
+        loading = [(Path(k).name, self.engines.load_progress.get(k)) for k in self.engines.loading]
         if self.updating:
             for panel in self.query(EnginePanel):
                 panel.show(self.engines.metrics(), loading)

@@ -7,6 +7,8 @@ from typing import Any
 from textual.containers import Vertical
 from textual.widgets import Label, ProgressBar, Sparkline, Static
 
+from ..load_progress import LoadProgress
+
 HISTORY = 60   # samples kept for the sparkline
 
 
@@ -31,9 +33,9 @@ class EnginePanel(Vertical):
         yield Static("prefix hits 0%", id="engine-prefix")
         yield Static("running 0 · waiting 0", id="engine-queue")
 
-    def show(self, snapshots: list[tuple[str, Any]], loading: list[tuple[str, float | None]]) -> None:
-        """Aggregate the snapshots of all loaded engines (one per model); `loading`: (name, share of its weights
-        read, None before that is known) of each model being loaded."""
+    def show(self, snapshots: list[tuple[str, Any]], loading: list[tuple[str, LoadProgress | None]]) -> None:
+        """Aggregate the snapshots of all loaded engines (one per model); `loading`: (name, its LoadProgress,
+        None before its load has begun) of each model being loaded."""
         if not self.query("#engine-models"):
             return      # being torn down
         gen = sum(s.generation_tokens_per_s for _, s in snapshots)
@@ -47,11 +49,11 @@ class EnginePanel(Vertical):
         names = [name for name, _ in snapshots]
         models = ", ".join(names) if names else "no model loaded"
         if loading:
-            models += "\nloading " + ", ".join(name for name, _ in loading) + "…"
+            models += "\nloading " + ", ".join(_loading_label(name, p) for name, p in loading)
         self.query_one("#engine-models", Static).update(models)
         bar = self.query_one("#engine-loading", ProgressBar)
         bar.display = bool(loading)
-        fractions = [f for _, f in loading if f is not None]
+        fractions = [p.fraction for _, p in loading if p is not None and p.fraction is not None]
         if len(fractions) == len(loading) and loading:   # the share of the load done (the slowest model)
             bar.update(total=1.0, progress=min(fractions))
         else:
@@ -68,6 +70,12 @@ class EnginePanel(Vertical):
         self.query_one("#engine-prefix", Static).update(
             f"prefix hits {rate * 100:.0f}%{from_disk}{_guessing(snapshots)}")
         self.query_one("#engine-queue", Static).update(f"running {running} · waiting {waiting}")
+
+
+def _loading_label(name: str, progress: LoadProgress | None) -> str:
+    """'qwen… 42% · about 6 s left' (the time left once the rate is measured), 'qwen…' before the weights."""
+    label = progress.label() if progress is not None else ""
+    return f"{name}… {label}" if label else f"{name}…"
 
 
 def _guessing(snapshots) -> str:
