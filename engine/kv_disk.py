@@ -31,7 +31,7 @@ import zlib
 from array import array
 from pathlib import Path
 
-from .cache_paths import cache_root
+from .cache_paths import cache_root, disk_budget, drop_stale_temporaries, evict_least_recent
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ MAGIC = b"LLMCKV01"
 HEADER = struct.Struct("<8sIQI")  # magic, tokens in the block, payload bytes, payload crc32
 DEFAULT_BUDGET_BYTES = 4 << 30
 MAX_PENDING_BYTES = 256 << 20    # blocks queued for the writer; beyond it a block is not written (never waits)
-STALE_TMP_S = 3600
 
 
 def cache_dir() -> Path:
@@ -61,14 +60,7 @@ def identity_key(identity: dict) -> str:
 
 
 def default_budget(folder: Path, gb: float | None) -> int:
-    if gb is not None:
-        return int(gb * 2**30)
-    try:
-        stat = os.statvfs(folder)
-        free = stat.f_bavail * stat.f_frsize
-    except OSError:
-        return DEFAULT_BUDGET_BYTES
-    return min(DEFAULT_BUDGET_BYTES, free // 10)
+    return int(gb * 2**30) if gb is not None else disk_budget(folder, DEFAULT_BUDGET_BYTES)
 
 
 class KVDiskTier:
@@ -252,26 +244,10 @@ def folder_usage(root: Path) -> list[tuple[float, int, Path]]:
 
 
 def evict(root: Path, budget: int) -> None:
-    """Delete the least recently used block files until the folder holds at most `budget` bytes."""
-    files = folder_usage(root)
-    total = sum(size for _, size, _ in files)
-    if total > budget:
-        for _, size, path in sorted(files):
-            if total <= budget * 0.9:      # room for a while: eviction scans the folder
-                break
-            try:
-                path.unlink()
-                total -= size
-            except OSError:
-                pass
-    now = time.time()
-    for model in _subfolders(root):   # a writer that died mid-file
-        for stale in model.glob(".*.tmp"):
-            try:
-                if now - stale.stat().st_mtime > STALE_TMP_S:
-                    stale.unlink()
-            except OSError:
-                pass
+    """Delete the least recently used block files until the folder holds at most `budget` bytes (down to 90% of
+    it: eviction scans the folder, so it leaves room for a while), and the temporaries of dead writers."""
+    evict_least_recent(folder_usage(root), budget, down_to=int(budget * 0.9))
+    drop_stale_temporaries(stale for model in _subfolders(root) for stale in model.glob(".*.tmp"))
 
 
 def _subfolders(root: Path) -> list[Path]:

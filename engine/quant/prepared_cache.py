@@ -37,7 +37,7 @@ import torch
 from llmchat.kernels.memory import huge_page_buffer
 from llmchat.kernels.quant import QuantWeight
 
-from ..cache_paths import cache_root
+from ..cache_paths import cache_root, disk_budget, drop_stale_temporaries, evict_least_recent
 from ..layers.linear import Linear
 
 log = logging.getLogger(__name__)
@@ -246,18 +246,13 @@ def _weight_from(entry: dict, buffer: torch.Tensor) -> QuantWeight:
 
 def _evict(folder: Path, incoming: int) -> None:
     """Delete the least recently used prepared files until `incoming` more bytes fit the budget."""
-    try:
-        free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
-    except (OSError, AttributeError):
-        free = BUDGET_BYTES * 10
-    budget = min(BUDGET_BYTES, max(incoming, free // 10))
-    files = sorted(folder.glob("*.bin"), key=lambda p: p.stat().st_mtime)
-    total = sum(p.stat().st_size for p in files) + incoming
-    for path in files:
-        if total <= budget:
-            break
-        total -= path.stat().st_size
-        path.unlink(missing_ok=True)
-    for stale in folder.glob("*.tmp"):   # a writer that died; anything older than an hour is not in progress
-        if time.time() - stale.stat().st_mtime > 3600:
-            stale.unlink(missing_ok=True)
+    budget = disk_budget(folder, BUDGET_BYTES, at_least=incoming)
+    files = []
+    for path in folder.glob("*.bin"):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        files.append((stat.st_mtime, stat.st_size, path))
+    evict_least_recent(files, budget - incoming)
+    drop_stale_temporaries(folder.glob("*.tmp"))
