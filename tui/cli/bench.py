@@ -27,7 +27,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
                    help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
-    add_kv_disk_option(p, help="the KV disk tier in the engines the benchmark builds: off (default: a prompt read "
+    add_kv_disk_option(p, default="off", help="the KV disk tier in the engines the benchmark builds: off (default: a prompt read "
                                 "back from an earlier run's blocks would pass for prefill speed) or on")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the transformers and llama-cpp-python baselines (not --llama-bench)")
@@ -79,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
         check_binary(args.llama_bench)   # before the model is resolved and loaded
     if args.speculative is not None:   # every engine this benchmark builds, a server's too (config.py reads it)
         os.environ["LLMCHAT_SPECULATIVE"] = args.speculative
-    os.environ["LLMCHAT_KV_DISK"] = "1" if args.kv_disk == "on" else "0"   # the same way
     name, kwargs = benchmark(args)
     # imported when run: a benchmark loads torch and the engine, which `llmchat --help` should not wait for
     bench = importlib.import_module(f"llmchat.engine.bench.{name}")
