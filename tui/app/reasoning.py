@@ -1,20 +1,16 @@
-"""A reply's reasoning (between <think> and </think>, as SmolLM3 or Qwen3 write it) apart from its answer, so the
-chat can show the reasoning collapsed. Works on a reply still streaming (an unclosed <think> is all reasoning)."""
+"""A reply's reasoning apart from its answer as the chat shows it (collapsed), on a saved reply or one still
+streaming. The splitting rule is the engine's (engine/reasoning.py); the chat adds what it cannot know from the
+reply alone: a reply that closes </think> without opening it had its <think> opened by the prompt's template,
+and a reply that so far is only the start of "<think>" shows nothing yet."""
 from __future__ import annotations
 
-OPEN, CLOSE = "<think>", "</think>"
+from llmchat.engine.reasoning import CLOSE, OPEN, split_reasoning as split_whole_reply
 
 
 def split_reasoning(text: str) -> tuple[str | None, str]:
-    """(reasoning or None, answer). A template that opens <think> in the prompt leaves only the </think>."""
+    """(reasoning or None, answer)."""
     stripped = text.lstrip()
-    if OPEN.startswith(stripped) and stripped:       # "<thi" while streaming: nothing to show yet
+    if stripped and OPEN.startswith(stripped):       # "<thi" while streaming: nothing to show yet
         return "", ""
-    if stripped.startswith(OPEN):
-        inner = stripped[len(OPEN):]
-        reasoning, closed, answer = inner.partition(CLOSE)
-        return reasoning.strip(), answer.lstrip() if closed else ""
-    if CLOSE in text:
-        reasoning, _, answer = text.partition(CLOSE)
-        return reasoning.strip(), answer.lstrip()
-    return None, text
+    opened_by_the_prompt = not stripped.startswith(OPEN) and CLOSE in text
+    return split_whole_reply(text, opened_by_the_prompt)
