@@ -97,7 +97,7 @@ class AsyncEngine:
         self._send(("stop",))
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         # the last reply's blocks reach the disk tier before the engine is gone (the app reopens chats warm)
-        await asyncio.get_running_loop().run_in_executor(None, self.engine.flush_kv_disk, 30.0)
+        await asyncio.get_running_loop().run_in_executor(None, self.engine.close, 30.0)
 
     # ---- engine thread --------------------------------------------------------------------------
     def _send(self, command: tuple) -> None:

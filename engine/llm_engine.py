@@ -109,6 +109,12 @@ class LLMEngine:
         """Wait until every computed block queued for the disk tier is written (tests; before an exit)."""
         return self.disk_prefix is None or self.disk_prefix.tier.flush(timeout)
 
+    def close(self, timeout: float | None = 30.0) -> None:
+        """When the engine is done with (its thread stopped): the disk tier's queued blocks are written (up to
+        `timeout`) and the grammar masks' worker thread ends, so an app that unloads models keeps no threads."""
+        self.flush_kv_disk(timeout)
+        self.grammar_masks.close()
+
     # ---- submission -----------------------------------------------------------------------------
     def make_sequence(self, prompt, params: SamplingParams | None = None, adapter: str | None = None,
                       request_id: str | None = None) -> Sequence:

@@ -4,14 +4,16 @@ constraint the library refuses is a clear ValueError that loses nothing."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 
 import jsonschema
 import pytest
 import torch
 from engine_helpers import random_prompt
 
-from llmchat.engine import LLM, SamplingParams
+from llmchat.engine import LLM, AsyncEngine, SamplingParams
 from llmchat.engine.grammar import GrammarMasks
 from llmchat.engine.structured_outputs import StructuredOutputs
 
@@ -110,3 +112,24 @@ def test_a_refused_constraint_is_a_clear_error_and_the_engine_goes_on(llm, const
     assert "Traceback" not in str(caught.value)
     out = llm.generate(["hello"], _params(StructuredOutputs(choice=["fine"])))[0]
     assert out.text == "fine"
+
+
+def _grammar_workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("llmchat-grammar") and t.is_alive()]
+
+
+async def test_shutdown_ends_the_grammar_worker(tiny_model_dir):
+    """With a core to spare, a step's masks are filled on a worker thread beside the forward pass; an engine
+    shut down (the app unloading a model) ends it, so no thread outlives its engine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    try:
+        before = set(_grammar_workers())
+        engine = AsyncEngine(tiny_model_dir("llama"), attention_backend="torch")
+        deltas = [d async for d in engine.generate(_prompts(1)[0], _params(StructuredOutputs(choice=["yes", "no"])))]
+        assert "".join(d.text for d in deltas) in ("yes", "no")
+        assert set(_grammar_workers()) - before            # the worker ran
+        await engine.shutdown()
+        assert not set(_grammar_workers()) - before        # and ended with its engine
+    finally:
+        torch.set_num_threads(threads)
