@@ -80,6 +80,12 @@ class EngineConfig:
     # platform's cache dir), so a chat reopened after a restart starts warm; False: RAM only. LLMCHAT_KV_DISK=0.
     kv_disk: bool = field(default_factory=lambda: _env_switch("LLMCHAT_KV_DISK", 1) != 0)
     kv_disk_gb: float | None = None      # the disk tier's budget; None: 4 GiB or a tenth of the free disk
+    # A draft model (draft_model.py): a smaller model with the same tokenizer that guesses where the text offers
+    # no n-gram to look up (folder, .gguf file or library name; LLMCHAT_DRAFT_MODEL). Its KV cache: None holds
+    # as many tokens as the target's.
+    draft_model: str | Path | None = field(default_factory=lambda: os.environ.get("LLMCHAT_DRAFT_MODEL", "").strip()
+                                           or None)
+    draft_kv_cache_gb: float | None = None
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
@@ -109,5 +115,7 @@ class EngineConfig:
             raise ValueError(f"kv_disk_gb must be > 0, got {self.kv_disk_gb}")
         if self.speculative not in ("auto", "ngram", "off"):
             raise ValueError(f"speculative must be auto, ngram or off, got {self.speculative!r}")
+        if self.draft_kv_cache_gb is not None and self.draft_kv_cache_gb <= 0:
+            raise ValueError(f"draft_kv_cache_gb must be > 0, got {self.draft_kv_cache_gb}")
         if self.small_m_max < 0:
             raise ValueError(f"small_m_max must be >= 0 (0 turns the small-M kernel off), got {self.small_m_max}")

@@ -30,7 +30,8 @@ def build_config(model_path, kwargs: dict) -> EngineConfig:
     if unknown:
         raise ValueError(f"unknown engine option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     checked = EngineConfig(model_path=Path(model_path), **kwargs)
-    return replace(checked, model_path=model_folder(model_path))
+    draft = None if checked.draft_model is None else model_folder(checked.draft_model)
+    return replace(checked, model_path=model_folder(model_path), draft_model=draft)
 
 
 class LLM:

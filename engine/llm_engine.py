@@ -60,7 +60,8 @@ class LLMEngine:
         self.metrics = EngineMetrics(num_blocks, self.kv_cache_gb)
         self.lora = LoraManager(self.runner, config.max_adapters, int(config.adapter_memory_gb * 2**30),
                                 config.lora_fused)
-        self.scheduler.on_finish = self._release_adapter
+        self.draft = self._draft_model()
+        self.scheduler.on_finish = self._on_finish
         self.disk_prefix = self._disk_tier()
         if self.disk_prefix is not None:
             self.scheduler.extend_prefix = self.disk_prefix.restore
@@ -180,10 +181,19 @@ class LLMEngine:
         self.lora.unload(name)
         self.metrics.update_state(adapters_resident=self.lora.resident_names())
 
-    def _release_adapter(self, seq: Sequence) -> None:
+    def _on_finish(self, seq: Sequence) -> None:
         if seq.adapter_slot >= 0:
             self.lora.release(seq.adapter_slot)
             seq.adapter_slot = -1
+        if self.draft is not None:
+            self.draft.release(seq)
+
+    def _draft_model(self):
+        """The draft model (draft_model.py) EngineConfig.draft_model names, or None."""
+        if self.config.draft_model is None:
+            return None
+        from .draft_model import DraftModel
+        return DraftModel(self.config, self.tokenizer, self.runner.kv_block_bytes(), self.vocab_size)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self._pending)
@@ -237,14 +247,23 @@ class LLMEngine:
             seq.draft = []
         decoding = [s for s in running if s.is_decoding]
         crowded = len(decoding) > AUTO_MAX_DECODES
+        for_draft: list[tuple[Sequence, int]] = []   # no n-gram to look up: the draft model guesses, if any
         for seq in decoding:
             mode = seq.params.speculative or self.config.speculative   # a request's own switch wins
             if mode == "off" or (mode == "auto" and crowded):
                 continue
             if seq.guesser is None:
                 seq.guesser = Guesser()
-            seq.draft = seq.guesser.propose(seq.token_ids, seq.max_total_tokens - seq.num_tokens - 1)
-            if seq.matcher is not None:   # only guesses the grammar allows: the others could never hold
+            k = seq.guesser.length(seq.max_total_tokens - seq.num_tokens - 1)
+            seq.draft = seq.guesser.lookup(seq.token_ids, k)
+            if not seq.draft and k and self.draft is not None:
+                for_draft.append((seq, k))
+        if for_draft:
+            guesses = self.draft.propose(for_draft)
+            for seq, _ in for_draft:
+                seq.draft = guesses.get(seq.seq_id, [])
+        for seq in decoding:
+            if seq.matcher is not None and seq.draft:   # only guesses the grammar allows: others could never hold
                 seq.draft = guessable(seq.matcher, seq.draft)
 
     def _verify(self, sampled: list[ScheduledChunk], tokens: list[int], logprobs: list) -> list:

@@ -63,10 +63,17 @@ class Guesser:
 
     def propose(self, tokens: list[int], room: int) -> list[int]:
         """This step's guesses (at most `room`), or none while paused."""
+        return self.lookup(tokens, self.length(room))
+
+    def length(self, room: int) -> int:
+        """How many tokens to guess this step (at most `room`): 0 while paused (one step of the pause goes)."""
         if self.paused:
             self.paused -= 1
-            return []
-        k = min(self.guess_len, room)
+            return 0
+        return max(0, min(self.guess_len, room))
+
+    def lookup(self, tokens: list[int], k: int) -> list[int]:
+        """Up to k tokens from the longest n-gram of the text that ends it and occurred before."""
         if k <= 0:
             return []
         for index in self.indexes:

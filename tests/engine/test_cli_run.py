@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+from tiny_models import make_model, make_tokenizer
+
 from llmchat.engine import LLM, SamplingParams
 
 
@@ -71,3 +73,23 @@ def test_run_reports_a_bad_schema_or_grammar_in_one_line(tiny_model_dir, tmp_pat
         proc = run_cli(folder, "hi", *args, "--attention", "torch")
         assert proc.returncode == 2, (args, proc.stderr)
         assert message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_run_with_a_draft_model_prints_the_same_reply_and_names_a_bad_draft(tiny_model_dir, tmp_path):
+    folder = tiny_model_dir("qwen2")
+    common = ["Hello world!", "--max-tokens", "12", "--temperature", "0", "-v"]
+    plain = run_cli(folder, *common, "--speculative", "off")
+    drafted = run_cli(folder, *common, "--draft", folder)   # the model drafting for itself: its guesses hold
+    assert plain.returncode == 0 and drafted.returncode == 0, drafted.stderr
+    assert drafted.stdout == plain.stdout
+    held = re.search(r"guessed (\d+) tokens, (\d+) held", drafted.stderr)
+    assert held and int(held.group(2)) > 0, drafted.stderr
+    other = make_model(tmp_path / "other-vocab", "llama", num_hidden_layers=1)
+    tokenizer = make_tokenizer()
+    tokenizer.add_tokens(["<|a-token-only-the-draft-has|>"])
+    tokenizer.save_pretrained(other)
+    for draft, says in ((tmp_path / "nowhere", "--draft:"), (other, "another tokenizer")):
+        proc = run_cli(folder, "hi", "--draft", draft)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    proc = run_cli(folder, "hi", "--draft", folder, "--speculative", "off")
+    assert proc.returncode == 2 and "--speculative off" in proc.stderr

@@ -4,12 +4,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 from pathlib import Path
 
 from llmchat.engine.bench.llama_cpp import check_binary
 from llmchat.engine.store import resolve_model
 
+from .guessing_options import add_guessing_options, export_guessing_options
 from .kv_disk_option import add_kv_disk_option
 
 
@@ -25,8 +25,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--kv-cache-gb", type=float, default=1.0)
     p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
-                   help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
+    add_guessing_options(p)
     add_kv_disk_option(p, default="off", help="the KV disk tier in the engines the benchmark builds: off (default: a prompt read "
                                 "back from an earlier run's blocks would pass for prefill speed) or on")
     p.add_argument("--no-baseline", action="store_true",
@@ -77,8 +76,7 @@ def run(args: argparse.Namespace) -> int:
         if other:
             raise ValueError(f"--llama-bench goes with the plain bench (decode, prefill), not with {other[0]}")
         check_binary(args.llama_bench)   # before the model is resolved and loaded
-    if args.speculative is not None:   # every engine this benchmark builds, a server's too (config.py reads it)
-        os.environ["LLMCHAT_SPECULATIVE"] = args.speculative
+    export_guessing_options(args)   # every engine this benchmark builds, a server's too
     name, kwargs = benchmark(args)
     # imported when run: a benchmark loads torch and the engine, which `llmchat --help` should not wait for
     bench = importlib.import_module(f"llmchat.engine.bench.{name}")

@@ -10,6 +10,7 @@ from llmchat.engine.chat_templates import KNOWN_TEMPLATES, NoChatTemplateError, 
 from llmchat.engine.store import resolve_model
 from llmchat.engine.structured_outputs import StructuredOutputs
 
+from .guessing_options import add_guessing_options, guessing_engine_options
 from .kv_disk_option import add_kv_disk_option
 
 
@@ -39,8 +40,7 @@ def add_parser(subparsers) -> None:
                        help="constrain the reply to JSON valid against this JSON schema (a file, or the schema inline)")
     shape.add_argument("--grammar", metavar="FILE",
                        help="constrain the reply to a grammar: a GBNF (llama.cpp) or Lark file")
-    p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
-                   help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
+    add_guessing_options(p)
     add_kv_disk_option(p)
     p.add_argument("-v", "--verbose", action="store_true", help="print engine figures to stderr")
 
@@ -50,11 +50,6 @@ def one_request_sizing(kv_cache_gb: float | None) -> dict:
     engine's memory budget (a quarter of free RAM, at most 8 GiB); its memory is committed only as the reply
     fills it (kernels/memory.py), so no tokenizer pass is needed to size it. --kv-cache-gb sets it instead."""
     return {} if kv_cache_gb is not None else {"max_num_seqs": 1}
-
-
-def speculative_option(args: argparse.Namespace) -> dict:
-    """--speculative as an engine option; unset, the engine's default (EngineConfig, LLMCHAT_SPECULATIVE)."""
-    return {} if args.speculative is None else {"speculative": args.speculative}
 
 
 def reply_constraint(args: argparse.Namespace) -> StructuredOutputs | None:
@@ -96,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
         prompt = ([{"role": "system", "content": args.system}] if args.system else []) + \
                  [{"role": "user", "content": args.prompt}]
     llm = LLM(folder, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb, attention_backend=args.attention_backend,
-              quantize=args.quantize, **speculative_option(args),
+              quantize=args.quantize, **guessing_engine_options(args),
               **one_request_sizing(args.kv_cache_gb))
     if args.chat_template and not args.raw:
         use_template(llm.tokenizer, args.chat_template)

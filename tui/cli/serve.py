@@ -7,6 +7,7 @@ from pathlib import Path
 
 from llmchat.engine.store import resolve_model
 
+from .guessing_options import add_guessing_options, guessing_engine_options
 from .kv_disk_option import add_kv_disk_option
 
 
@@ -33,8 +34,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--attention", dest="attention_backend", default="kernels", choices=["kernels", "torch"])
     add_kv_disk_option(p)
-    p.add_argument("--speculative", choices=["auto", "ngram", "off"], default=None,
-                   help="guess tokens from the text so far and verify them in one pass (the same tokens, faster where replies repeat their context): auto (default: while few sessions decode), ngram (always), off")
+    add_guessing_options(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     engine_kwargs = dict(dtype=args.dtype, kv_cache_gb=args.kv_cache_gb, quantize=args.quantize,
                          max_num_seqs=args.max_num_seqs, num_threads=args.threads,
                          attention_backend=args.attention_backend,
-                         **({} if args.speculative is None else {"speculative": args.speculative}))
+                         **guessing_engine_options(args))
     settings = ServerSettings(api_key=api_key, max_pending=args.max_pending,
                               max_body_bytes=int(args.max_body_mb * 2**20), engine_kwargs=engine_kwargs)
     try:
