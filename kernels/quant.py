@@ -6,6 +6,9 @@ A `QuantWeight` is the kernels' layout of one [N, K] weight in blocks of 32 (see
     "q4"  nibbles [N, K/2] (block b: 16 bytes, low nibble = element j, high = j + 16), scales and mins
           [N, K/32]: w = scale * q + min                            (Q4_0, Q4_1, Q4_K)
     "q5"  as q4 plus high bits [N, K/32] int32 (bit j = bit 4 of element j)  (Q5_0, Q5_1, Q5_K)
+    "q6"  q8h in 6 bits: u = w + 32 as q4's nibbles [N, K/2], high bits [N, K/16] int32 (per block two words:
+          bit j = bit 4, then bit 5, of element j), scales [N, K/16]  (GGUF Q6_K where x86's tiles run it;
+          elsewhere Q6_K is q8h: `holds_q6()`)
 Scales and mins are float32, or float16 where the GGUF file's are (Q8_0, Q4_0/1, Q5_0/1 keep their bytes);
 `min_offset` (Q4_0: -8, Q5_0: -16) stands for min = min_offset * scale without storing mins.
 K-quants (Q4_K, Q5_K, Q6_K) carry their factors as the file has them too (`packed_factors`, row order): a small
@@ -34,9 +37,11 @@ import torch
 import llmchat.kernels.quant_neon_layout as neon_layout
 from ._loader import require
 
-KINDS = {"q8": 0, "q8h": 1, "q4": 2, "q5": 3}
+KINDS = {"q8": 0, "q8h": 1, "q4": 2, "q5": 3, "q6": 16}
 BLOCK = 32
 TILE_ROWS = 16  # weight rows per group of the tile layout
+NIBBLE_KINDS = ("q4", "q5", "q6")  # values as nibbles [N, K/2]
+HALVES_KINDS = ("q8h", "q6")       # a scale per 16 elements
 _EMPTY_I32 = torch.empty(0, dtype=torch.int32)
 _EMPTY_F32 = torch.empty(0, dtype=torch.float32)
 
@@ -65,7 +70,7 @@ class QuantWeight:
 
     @property
     def k(self) -> int:
-        return self.values.shape[1] * (2 if self.kind in ("q4", "q5") else 1)
+        return self.values.shape[1] * (2 if self.kind in NIBBLE_KINDS else 1)
 
     @property
     def nbytes(self) -> int:
@@ -119,10 +124,9 @@ class QuantWeight:
             v = self.values.view(groups, TILE_ROWS, nb, 4, 4).permute(0, 2, 3, 1, 4)
         values = v.contiguous().view(self.values.shape)
         high = None
-        if self.high is not None:      # bit 4 of element 4r + j of row n -> bit 4n + j of word r
-            bits = (self.high.view(groups, TILE_ROWS, nb, 1).to(torch.int64) >> torch.arange(32)) & 1
-            bits = bits.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(groups, nb, 8, 64)
-            words = (bits << torch.arange(64)).sum(-1)                      # int64 wraps like uint64
+        if self.high is not None:      # per block 8 words (q6: 8 for bit 4, then 8 for bit 5)
+            planes = self.high.view(groups * TILE_ROWS, nb, -1)
+            words = torch.stack([_tile_plane(planes[:, :, p], groups) for p in range(planes.shape[2])], dim=2)
             high = words.contiguous().view(torch.int32).view(self.high.shape)
         scales, mins = _group_major(self.scales), _group_major(self.mins)
         if self._compacts(compact):
@@ -169,9 +173,9 @@ class QuantWeight:
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
         scales, mins, packed = _row_major(self.scales), _row_major(self.mins), None
         if self.compact:  # the fp32 factors of the row layout, and the compact ones to tile again
-            subs = nb * (2 if self.kind == "q8h" else 1)
+            subs = nb * (2 if self.kind in HALVES_KINDS else 1)
             packed = tuple(None if t is None else _compact_row_major(t, self.k // 256) for t in (self.scales, self.mins))
-            scales = _expand_compact(packed[0], subs, signed=self.kind == "q8h")
+            scales = _expand_compact(packed[0], subs, signed=self.kind in HALVES_KINDS)
             mins = None if packed[1] is None else _expand_compact(packed[1], nb, signed=False)
         if self.kind in ("q8", "q8h"):
             v = (self.values.view(groups, nb, 8, TILE_ROWS, 4) ^ -128).permute(0, 3, 1, 2, 4)
@@ -180,10 +184,9 @@ class QuantWeight:
         values = v.contiguous().view(self.values.shape)
         high = None
         if self.high is not None:
-            words = self.high.reshape(-1).view(torch.int64).view(groups, nb, 8, 1)
-            bits = (words >> torch.arange(64)) & 1                          # [g, b, r, 4n + j]
-            bits = bits.view(groups, nb, 8, TILE_ROWS, 4).permute(0, 3, 1, 2, 4).reshape(self.n, nb, 32)
-            high = (bits << torch.arange(32)).sum(-1).to(torch.int32)     # wraps like uint32
+            words = self.high.reshape(-1).view(torch.int64).view(groups, nb, -1, 8)
+            planes = [_untile_plane(words[:, :, p], groups) for p in range(words.shape[2])]
+            high = torch.stack(planes, dim=2).reshape(self.high.shape)
         return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, False,
                            packed_factors=packed)
 
@@ -238,28 +241,55 @@ class QuantWeight:
         return self.kind, self.mins is None, self.scales.dtype, self.min_offset, self.tiled, self.wide_activations
 
     def integers(self) -> torch.Tensor:
-        """The quantized values as int32 [N, K] (u 0..31 for q4/q5, signed for q8/q8h)."""
+        """The quantized values as int32 [N, K] (u 0..31 for q4/q5, signed for q8/q8h/q6)."""
         if self.tiled:
             return self.untiled().integers()
         if self.kind in ("q8", "q8h"):
             return self.values.to(torch.int32)
         v = self.values.view(self.n, -1, 16).to(torch.int32)
         q = torch.cat([v & 15, v >> 4], dim=-1)                      # [N, nb, 32]
-        if self.kind == "q5":
-            bits = (self.high.view(self.n, -1, 1) >> torch.arange(32, dtype=torch.int32)) & 1
-            q = q | (bits << 4)
+        if self.kind in ("q5", "q6"):
+            planes = self.high.view(self.n, -1, 1 if self.kind == "q5" else 2, 1)
+            bits = (planes >> torch.arange(32, dtype=torch.int32)) & 1    # [N, nb, plane, j]
+            for p in range(bits.shape[2]):
+                q = q | (bits[:, :, p] << (4 + p))
+        if self.kind == "q6":
+            q = q - 32
         return q.reshape(self.n, -1)
 
     def dequantize(self) -> torch.Tensor:
         """fp32 [N, K]: scale * q (+ min), rounded as the gguf package does (never a fused multiply-add)."""
         if self.tiled:
             return self.untiled().dequantize()
-        q = self.integers().float().view(self.n, -1, 16 if self.kind == "q8h" else BLOCK)
+        q = self.integers().float().view(self.n, -1, 16 if self.kind in HALVES_KINDS else BLOCK)
         w = q * self.scales.float().unsqueeze(-1)
         mins = self.effective_mins()
         if mins is not None:
             w = w.view(self.n, -1, BLOCK) + mins.unsqueeze(-1)
         return w.reshape(self.n, self.k)
+
+
+def _tile_plane(high: torch.Tensor, groups: int) -> torch.Tensor:
+    """One bit plane [N, nb] int32 (bit j: element j) -> int64 words [groups, nb, 8]: bit 4n + j of word r is the
+    bit of element 4r + j of row n (a byte mask of B row r, quant_tiles.h). int64 wraps like uint64."""
+    nb = high.shape[1]
+    bits = (high.reshape(groups, TILE_ROWS, nb, 1).to(torch.int64) >> torch.arange(32)) & 1
+    bits = bits.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(groups, nb, 8, 64)
+    return (bits << torch.arange(64)).sum(-1)
+
+
+def _untile_plane(words: torch.Tensor, groups: int) -> torch.Tensor:
+    """_tile_plane's inverse: words [groups, nb, 8] int64 -> [N, nb] int32 (wraps like uint32)."""
+    nb = words.shape[1]
+    bits = (words.reshape(groups, nb, 8, 1) >> torch.arange(64)) & 1     # [g, b, r, 4n + j]
+    bits = bits.view(groups, nb, 8, TILE_ROWS, 4).permute(0, 3, 1, 2, 4).reshape(groups * TILE_ROWS, nb, 32)
+    return (bits << torch.arange(32)).sum(-1).to(torch.int32)
+
+
+def holds_q6() -> bool:
+    """Whether GGUF Q6_K is held in its own 6 bits here ("q6"): where x86's tile layout runs it (AVX512-VNNI).
+    Elsewhere it is widened to 8 bits ("q8h"), the layout ARM's tiles and the AVX2 block dots read."""
+    return _wide_q8()
 
 
 def _wide_q8() -> bool:
@@ -327,7 +357,7 @@ def reference_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None 
     qa = q.view(m, nb, BLOCK).double()
     qw = w.integers().view(w.n, nb, BLOCK).double()
     scales = w.scales.double()
-    if w.kind == "q8h":  # two 16-element halves, each with its own scale
+    if w.kind in HALVES_KINDS:  # two 16-element halves, each with its own scale
         isum = torch.einsum("mbhj,nbhj->mnbh", qa.view(m, nb, 2, 16), qw.view(w.n, nb, 2, 16))
         out = (isum * scales.view(1, w.n, nb, 2) * d.double().view(m, 1, nb, 1)).sum((-1, -2))
     else:

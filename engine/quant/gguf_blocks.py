@@ -7,7 +7,8 @@ stored: d * q - 8 d is exact in fp32, so nothing rounds differently. Types whose
 (Q8_0, Q4_0/1, Q5_0/1) keep them in fp16, so memory is the file's size. K-quants' 6-bit sub-block scales are
 folded into fp32 scales per 32 (d * sc and dmin * m are exact products of an fp16 and a small integer), and
 kept as the file has them too (`packed_factors`: the integers and the fp16 d, -dmin per 256), which the x86 tile
-layout runs instead: a Q4_K weight then takes the file's bytes, not 2 bits a weight more.
+layout runs instead: a Q4_K weight then takes the file's bytes, not 2 bits a weight more. Q6_K keeps its 6 bits
+("q6") where the x86 tile layout runs them, else it is widened to 8 ("q8h").
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from llmchat.kernels.quant import QuantWeight
+from llmchat.kernels.quant import QuantWeight, holds_q6
 
 QK_K = 256
 # type name -> (block elements, bytes per block)
@@ -42,11 +43,13 @@ def _nibble_bytes(q: np.ndarray) -> np.ndarray:
     return (b[:, :, 0] | (b[:, :, 1] << 4)).reshape(q.shape[0], -1).astype(np.uint8)
 
 
-def _high_bits(q: np.ndarray) -> np.ndarray:
-    """Bit 4 of each value -> int32 [rows, K/32], bit j = element j of the block."""
-    bits = ((q >> 4) & 1).reshape(q.shape[0], -1, 32).astype(np.uint64)
+def _high_bits(q: np.ndarray, planes: int = 1) -> np.ndarray:
+    """Bits 4 .. 3 + planes of each value -> int32 [rows, planes K/32]: per block a word per bit, bit j =
+    element j of the block."""
+    shifts = np.arange(4, 4 + planes).reshape(1, 1, planes, 1)
+    bits = ((q.reshape(q.shape[0], -1, 1, 32) >> shifts) & 1).astype(np.uint64)
     packed = (bits << np.arange(32, dtype=np.uint64)).sum(-1).astype(np.uint32)
-    return packed.view(np.int32)
+    return packed.reshape(q.shape[0], -1).view(np.int32)
 
 
 HALF_FACTORS = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")   # fp16 scales (and mins) in the file
@@ -69,6 +72,10 @@ def _weight(kind: str, source: str, q: np.ndarray, scales: np.ndarray, mins: np.
     if kind in ("q8", "q8h"):
         values = torch.from_numpy(np.ascontiguousarray(q.astype(np.int8)))
         return QuantWeight(kind, values, t(scales), None, None, source, packed_factors=packed)
+    if kind == "q6":  # u = w + 32: nibbles and two bit planes (Q6_K's own 6 bits)
+        u = (q + 32).astype(np.uint8)
+        return QuantWeight(kind, torch.from_numpy(_nibble_bytes(u)), t(scales), None,
+                           torch.from_numpy(_high_bits(u, planes=2)), source, packed_factors=packed)
     high = torch.from_numpy(_high_bits(q)) if kind == "q5" else None
     offset = MIN_OFFSET.get(source, 0)
     stored = None if offset else t(mins)
@@ -152,7 +159,8 @@ def _q6_k(b):
     q = (ql | (qh << 4)).astype(np.int16) - 32
     sc = np.ascontiguousarray(b[:, 192:208]).view(np.int8)
     scales = sc.astype(np.float32) * _f16(b[:, 208:210])
-    return "q8h", q, scales, None, (sc, np.ascontiguousarray(b[:, 208:210]).view(np.uint16), None, None)
+    kind = "q6" if holds_q6() else "q8h"
+    return kind, q, scales, None, (sc, np.ascontiguousarray(b[:, 208:210]).view(np.uint16), None, None)
 
 
 DECODERS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1,

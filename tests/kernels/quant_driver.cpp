@@ -1,6 +1,6 @@
 // Standalone test of the torch-free quantized linear (core/quant_linear.cpp) on the compiled block-dot path
 // (vec/qdot.h), built natively and cross-compiled for aarch64 by test_quant_isa_builds.py.
-// For every kind (Q8, Q8Halves, Q4, Q5) and dtype (f32, bf16, f16), with weights drawn over each kind's full
+// For every kind (Q8, Q8Halves, Q4, Q5, Q6) and dtype (f32, bf16, f16), with weights drawn over each kind's full
 // value range, it checks
 //   - quant_linear against a plain double loop of the same math: the activations quantize_activations gives
 //     (q, d, dsum), exact integer block dots, out = sum_b isum * scale * d + sum_b min * dsum (+ bias), within
@@ -38,13 +38,16 @@ const char* kind_name(QuantKind k) {
     case QuantKind::Q8Halves: return "q8halves";
     case QuantKind::Q4: return "q4";
     case QuantKind::Q5: return "q5";
+    case QuantKind::Q6: return "q6";
   }
   return "?";
 }
 template <typename T> const char* dtype_name() {
   return sizeof(T) == 4 ? "f32" : (std::is_same_v<T, bf16_t> ? "bf16" : "f16");
 }
-bool paired(QuantKind k) { return k == QuantKind::Q4 || k == QuantKind::Q5; }
+bool paired(QuantKind k) { return k == QuantKind::Q4 || k == QuantKind::Q5; }  // mins or an offset
+bool nibble_values(QuantKind k) { return paired(k) || k == QuantKind::Q6; }
+bool halves(QuantKind k) { return k == QuantKind::Q8Halves || k == QuantKind::Q6; }
 template <typename T> uint32_t bits_of(T v) {
   uint32_t u = 0;
   std::memcpy(&u, &v, sizeof(T));
@@ -65,14 +68,14 @@ struct Weight {
   Weight(QuantKind kind_, int64_t n_, int64_t k_, bool with_mins_, bool half_ = false, bool offset = false)
       : kind(kind_), n(n_), k(k_), nb(k_ / 32), with_mins(with_mins_ && paired(kind_)), half(half_),
         min_offset(offset && paired(kind_) && !with_mins ? (kind_ == QuantKind::Q5 ? -16 : -8) : 0) {
-    const int64_t bytes = paired(kind) ? n * k / 2 : n * k;
+    const int64_t bytes = nibble_values(kind) ? n * k / 2 : n * k;
     values.resize(size_t(bytes + 1));
     for (auto& v : values) v = uint8_t(next_u64() >> 56);  // any byte: every nibble, every int8 -128..127
-    if (kind == QuantKind::Q5) {
-      high.resize(size_t(n * nb));
+    if (kind == QuantKind::Q5 || kind == QuantKind::Q6) {
+      high.resize(size_t(kind == QuantKind::Q6 ? 2 * n * nb : n * nb));
       for (auto& h : high) h = uint32_t(next_u64() >> 32);  // any high bits
     }
-    scales.resize(size_t(kind == QuantKind::Q8Halves ? 2 * n * nb : n * nb));
+    scales.resize(size_t(halves(kind) ? 2 * n * nb : n * nb));
     for (auto& s : scales) s = 0.002f + 0.01f * std::fabs(uniform());  // positive, small
     if (with_mins) {
       mins.resize(size_t(n * nb));
@@ -93,7 +96,10 @@ struct Weight {
     std::vector<uint16_t> scales_h, mins_h;
   } tiles;
   void make_tiles() {
-    const int64_t groups = n / kTileRows, block = paired(kind) ? 256 : 512;
+    const int64_t groups = n / kTileRows, block = nibble_values(kind) ? 256 : 512;
+    // Q6 stores u = q + 32 (0..63): its nibbles as Q4's, bits 4 and 5 as two of Q5's masks (8 words each)
+    const int bias6 = kind == QuantKind::Q6 ? 32 : 0;
+    if (kind == QuantKind::Q5 || kind == QuantKind::Q6) tiles.high.assign(size_t(groups * nb * (bias6 ? 16 : 8)), 0);
     tiles.values.assign(size_t(groups * nb * block + 1), 0);
     uint8_t* v = tiles.values.data() + 1;  // unaligned, as the row layout's
     for (int64_t g = 0; g < groups; ++g)
@@ -102,14 +108,17 @@ struct Weight {
           for (int c = 0; c < kTileRows; ++c)
             for (int j = 0; j < 4; ++j) {
               const int64_t row = g * kTileRows + c, e = 32 * b + 4 * r + j;
-              if (!paired(kind)) {
+              const int u = q(row, e) + bias6;
+              if (!nibble_values(kind)) {
                 v[(g * nb + b) * 512 + 64 * r + 4 * c + j] = uint8_t(q(row, e) + 128);
               } else if (r < 4) {
-                v[(g * nb + b) * 256 + 64 * r + 4 * c + j] = uint8_t((q(row, e) & 15) | ((q(row, e + 16) & 15) << 4));
+                v[(g * nb + b) * 256 + 64 * r + 4 * c + j] = uint8_t((u & 15) | (((q(row, e + 16) + bias6) & 15) << 4));
               }
               if (kind == QuantKind::Q5) {
-                tiles.high.resize(size_t(groups * nb * 8));
-                if ((q(row, e) >> 4) & 1) tiles.high[size_t((g * nb + b) * 8 + r)] |= 1ull << (4 * c + j);
+                if ((u >> 4) & 1) tiles.high[size_t((g * nb + b) * 8 + r)] |= 1ull << (4 * c + j);
+              } else if (kind == QuantKind::Q6) {
+                for (int bit = 0; bit < 2; ++bit)
+                  if ((u >> (4 + bit)) & 1) tiles.high[size_t((g * nb + b) * 16 + 8 * bit + r)] |= 1ull << (4 * c + j);
               }
             }
     auto group_major = [&](const auto& src, auto& dst) {
@@ -131,7 +140,7 @@ struct Weight {
     const auto& sc_h = tiled ? tiles.scales_h : scales_h;
     const auto& mn_h = tiled ? tiles.mins_h : mins_h;
     w.values = tiled ? tiles.values.data() + 1 : values.data() + 1;
-    w.high = kind != QuantKind::Q5 ? nullptr : tiled ? reinterpret_cast<const uint32_t*>(tiles.high.data()) : high.data();
+    w.high = high.empty() ? nullptr : tiled ? reinterpret_cast<const uint32_t*>(tiles.high.data()) : high.data();
     w.scales = half ? static_cast<const void*>(sc_h.data()) : sc.data();
     w.mins = !with_mins ? nullptr : half ? static_cast<const void*>(mn_h.data()) : mn.data();
     w.half_factors = half;
@@ -143,16 +152,20 @@ struct Weight {
   // The integer weight of row r, element c, decoded from the layout as quant_linear.h documents it.
   int q(int64_t r, int64_t c) const {
     const uint8_t* v = values.data() + 1;
-    if (!paired(kind)) return int(int8_t(v[r * k + c]));
+    if (!nibble_values(kind)) return int(int8_t(v[r * k + c]));
     const int64_t b = c / 32;
     const int j = int(c % 32);
     const uint8_t byte = v[(r * nb + b) * 16 + (j % 16)];
     int value = j < 16 ? (byte & 15) : (byte >> 4);
     if (kind == QuantKind::Q5) value |= int((high[size_t(r * nb + b)] >> j) & 1u) << 4;
+    if (kind == QuantKind::Q6) {
+      value |= int((high[size_t(2 * (r * nb + b))] >> j) & 1u) << 4 | int((high[size_t(2 * (r * nb + b) + 1)] >> j) & 1u) << 5;
+      value -= 32;
+    }
     return value;
   }
   float scale(int64_t r, int64_t c) const {
-    return kind == QuantKind::Q8Halves ? scales[size_t(r * 2 * nb + c / 16)] : scales[size_t(r * nb + c / 32)];
+    return halves(kind) ? scales[size_t(r * 2 * nb + c / 16)] : scales[size_t(r * nb + c / 32)];
   }
   float min(int64_t r, int64_t b) const {
     return with_mins ? mins[size_t(r * nb + b)] : float(min_offset) * scales[size_t(r * nb + b)];
@@ -253,9 +266,9 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bo
         // relative to this, not to |isum|: a block whose lanes cancel is not exact in float.
         double s = 0.0, mag = 0.0;
         for (int64_t bb = 0; bb < nb; ++bb) {
-          for (int h = 0; h < (kind == QuantKind::Q8Halves ? 2 : 1); ++h) {
-            const int64_t c0 = 32 * bb + (kind == QuantKind::Q8Halves ? 16 * h : 0);
-            const int64_t len = kind == QuantKind::Q8Halves ? 16 : 32;
+          for (int h = 0; h < (halves(kind) ? 2 : 1); ++h) {
+            const int64_t c0 = 32 * bb + (halves(kind) ? 16 * h : 0);
+            const int64_t len = halves(kind) ? 16 : 32;
             int64_t isum = 0, iabs = 0;
             for (int64_t c = c0; c < c0 + len; ++c) {
               const int64_t p = int64_t(wt.q(r, c)) * q[t * k + c];
@@ -352,7 +365,7 @@ void check_rows(QuantKind kind, int64_t n, int64_t k, bool with_mins, int thread
 }  // namespace
 
 int main() {
-  const QuantKind kinds[] = {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5};
+  const QuantKind kinds[] = {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5, QuantKind::Q6};
   // M = 1 (decode: SMMLA pads the lone token), odd M and M not a multiple of any tile (2 x 2 SMMLA, 4 tokens),
   // and M > 4, where the 4/5-bit kinds unpack into scratch: each compared row by row with M = 1 calls.
   const int64_t ms[] = {1, 2, 3, 5, 17, 64, 130};

@@ -6,7 +6,8 @@ import torch
 import llmchat.kernels as K
 from llmchat.kernels.quant import QuantWeight
 
-KINDS = ["q8", "q8h", "q4", "q5"]
+KINDS = ["q8", "q8h", "q4", "q5", "q6"]
+NEON_TILE_KINDS = ["q8", "q8h", "q4", "q5"]  # ARM's tile layout holds Q6_K as q8h: q6 stays in rows there
 
 
 # how a weight's block factors are stored: fp32 scales and mins, fp16 ones, or fp16 scales with min = -8 scale
@@ -17,11 +18,14 @@ def random_weight(kind: str, n: int, k: int, seed: int = 0, mins: bool = True, f
     g = torch.Generator().manual_seed(seed)
     nb = k // 32
     dtype = torch.float32 if factors == "f32" else torch.float16
-    scales = (torch.rand(n, 2 * nb if kind == "q8h" else nb, generator=g) * 0.02 + 1e-4).to(dtype)
+    scales = (torch.rand(n, 2 * nb if kind in ("q8h", "q6") else nb, generator=g) * 0.02 + 1e-4).to(dtype)
     if kind in ("q8", "q8h"):
         values = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
         return QuantWeight(kind, values, scales, source=kind)
     values = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.int32).to(torch.uint8)
+    if kind == "q6":  # no mins nor offset (w = u - 32): two bit planes a block
+        high = torch.randint(-2**31, 2**31, (n, 2 * nb), generator=g, dtype=torch.int64).to(torch.int32)
+        return QuantWeight(kind, values, scales, None, high, source=kind)
     high = torch.randint(-2**31, 2**31, (n, nb), generator=g, dtype=torch.int64).to(torch.int32) if kind == "q5" else None
     if factors == "offset":
         return QuantWeight(kind, values, scales, None, high, source=kind, min_offset=-8 if mins else 0)

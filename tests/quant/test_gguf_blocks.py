@@ -10,7 +10,7 @@ from gguf.quants import dequantize, quantize
 
 import llmchat.kernels as K
 from llmchat.engine.quant.gguf_blocks import BLOCKS, UnsupportedTensorType, dense, repack
-from llmchat.kernels.quant import reference_linear
+from llmchat.kernels.quant import QuantWeight, holds_q6, reference_linear
 
 ROUND_TRIP = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]   # the gguf package can write these itself
 K_QUANTS = {"Q4_K": ((0, 2), (2, 4)), "Q5_K": ((0, 2), (2, 4)), "Q6_K": ((208, 210),)}  # fp16 fields
@@ -42,7 +42,7 @@ def test_k_quants_dequantize_exactly(type_name, rows, cols):
     raw = random_k_blocks(type_name, rows, cols, seed=rows * cols)
     want = dequantize(raw, T[type_name])
     w = repack(type_name, raw, rows, cols)
-    assert w.kind == {"Q4_K": "q4", "Q5_K": "q5", "Q6_K": "q8h"}[type_name]
+    assert w.kind == {"Q4_K": "q4", "Q5_K": "q5", "Q6_K": "q6" if holds_q6() else "q8h"}[type_name]
     assert torch.equal(w.dequantize(), torch.from_numpy(want))
     # the op's own row reader agrees too
     assert torch.equal(K.quant_rows(w, torch.arange(rows), torch.float32), torch.from_numpy(want))
@@ -79,8 +79,9 @@ def test_unsupported_and_malformed_tensors_are_named():
 
 # x86's tile layout runs K-quants on the file's factors (small integers, one fp16 per 256): the same numbers
 # as the fp32 factors of the layout without them (compact=False, the oracle), so the same bits everywhere.
-# bytes held : the file's (Q4_K: 8-bit sc and m where the file has 6 bits, 148 bytes a super-block for 144)
-COMPACT_BOUND = {"Q4_K": (148, 144), "Q5_K": (180, 176), "Q6_K": (8.6, 6.5625)}
+# bytes held : the file's (Q4_K: 8-bit sc and m where the file has 6 bits, 148 bytes a super-block for 144;
+# Q6_K in its own 6 bits: the file's 210 bytes exactly)
+COMPACT_BOUND = {"Q4_K": (148, 144), "Q5_K": (180, 176), "Q6_K": (210, 210) if holds_q6() else (8.6, 6.5625)}
 
 
 @pytest.mark.skipif(not K.tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI)")
@@ -123,6 +124,27 @@ def test_k_quant_tiles_keep_the_file_factors(type_name):
     assert in_place.compact and torch.equal(K.quant_linear(x, in_place), K.quant_linear(x, compact))
     into = w.tile_into([torch.empty_like(t) for t in w.present_for_tiles()])
     assert all(torch.equal(a, b) for a, b in zip(into.present(), compact.present()))
+
+
+@pytest.mark.skipif(not holds_q6(), reason="Q6_K keeps its 6 bits where x86's tile layout runs (AVX512-VNNI)")
+def test_q6_k_in_its_own_6_bits_gives_the_bits_of_its_8_bit_form():
+    """Q6_K held as nibbles and two bit planes ("q6") is read into the same bytes the 8-bit form ("q8h", the
+    oracle: one int8 a weight) holds, so every path gives the same bits, in the file's bytes."""
+    rows, cols = 48, 768
+    raw = random_k_blocks("Q6_K", rows, cols, seed=11)
+    six = repack("Q6_K", raw, rows, cols)
+    eight = QuantWeight("q8h", six.integers().to(torch.int8), six.scales, source="Q6_K",
+                        packed_factors=six.packed_factors)
+    assert six.kind == "q6" and torch.equal(six.dequantize(), eight.dequantize())
+    ids = torch.tensor([0, 47, 17, 30, 17, 5])
+    for a, b in [(six, eight), (six.tiled_copy(), eight.tiled_copy())]:
+        assert a.nbytes < b.nbytes
+        for dtype in (torch.float32, torch.bfloat16):
+            for m in (1, 3, 16, 17, 33):   # VNNI, and AMX for whole 16-token tiles where granted
+                x = torch.randn(m, cols, generator=torch.Generator().manual_seed(m)).to(dtype)
+                assert torch.equal(K.quant_linear(x, a), K.quant_linear(x, b)), (a.tiled, dtype, m)
+        assert torch.equal(K.quant_rows(a, ids, torch.float32), K.quant_rows(b, ids, torch.float32))
+    assert six.tiled_copy().nbytes == raw.nbytes   # 6 bits, int8 sub-block scales and an fp16 per 256
 
 
 @pytest.mark.parametrize("type_name", ROUND_TRIP + list(K_QUANTS))

@@ -39,6 +39,25 @@ constexpr int kGroup = 16;   // weight rows per task step (unpacked together for
 constexpr int kTok = qdot::kTokens;
 
 constexpr bool paired(QuantKind k) { return k == QuantKind::Q4 || k == QuantKind::Q5; }
+constexpr bool halves(QuantKind k) { return k == QuantKind::Q8Halves || k == QuantKind::Q6; }  // scales per 16
+
+// Block b of a row as 32 signed weights: the 8-bit kinds as stored; Q6 unpacked (w = u - 32) into `scratch`.
+// Q6 runs on x86's tile layout (quant_tiles.cpp); this row path is its exact fallback (a row count % 16 != 0).
+template <QuantKind KIND>
+inline const int8_t* signed_block(const QuantWeightView& w, int64_t row, int64_t b, int8_t* scratch) {
+  if constexpr (KIND == QuantKind::Q6) {
+    const int64_t at = row * (w.k / 32) + b;
+    const uint8_t* qs = static_cast<const uint8_t*>(w.values) + at * 16;
+    const uint32_t bit4 = w.high[2 * at], bit5 = w.high[2 * at + 1];
+    for (int j = 0; j < 32; ++j) {
+      const int low = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+      scratch[j] = int8_t((low | int((bit4 >> j) & 1) << 4 | int((bit5 >> j) & 1) << 5) - 32);
+    }
+    return scratch;
+  } else {
+    return static_cast<const int8_t*>(w.values) + row * w.k + 32 * b;
+  }
+}
 
 // Quantized activations. The 4/5-bit kinds read them in pair order (qdot.h), rows padded to whole pairs
 // (zeros, d = 0); the 8-bit kinds in plain order.
@@ -157,8 +176,9 @@ void tile(const QuantWeightView& w, const Src& src, int64_t n0, const Acts& x, i
         dv[t] = qdot::block_scale(x.d[(m0 + t) * x.blocks + b]);
       }
       for (int r = 0; r < R; ++r) {
-        const QVec wv = qdot::load32(static_cast<const int8_t*>(w.values) + (n0 + r) * w.k + 32 * b);
-        if constexpr (KIND == QuantKind::Q8Halves) {
+        alignas(32) int8_t scratch[32];
+        const QVec wv = qdot::load32(signed_block<KIND>(w, n0 + r, b, scratch));
+        if constexpr (halves(KIND)) {
           const int64_t at = (n0 + r) * 2 * nb + 2 * b;
           const qdot::QScale sv = qdot::halves_scale(Factors<HALF>::at(w.scales, at), Factors<HALF>::at(w.scales, at + 1));
           for (int t = 0; t < T; ++t) acc[r][t] = qdot::fma_s8_halves(acc[r][t], wv, av[t], qdot::qmul(sv, dv[t]));
@@ -219,7 +239,6 @@ void pair_tile(const QuantWeightView& w, const Src& src, int64_t n0, int rows, c
     for (int64_t b = 0; b < whole; b += 2) pair(b, std::false_type{});
     if (nb % 2) pair(whole, std::true_type{});
   } else {
-    const int8_t* values = static_cast<const int8_t*>(w.values);
     for (int64_t b = 0; b < nb; ++b) {
       qdot::QBlock2 a[TP];
       qdot::QScale4 d[TP];
@@ -229,14 +248,15 @@ void pair_tile(const QuantWeightView& w, const Src& src, int64_t n0, int rows, c
         d[j] = qdot::token_factors(x.d[t0 * x.blocks + b], x.d[t1 * x.blocks + b]);
       }
       for (int i = 0; i < RP; ++i) {
-        const qdot::QBlock2 wv = qdot::block2(qdot::load32(values + row[2 * i] * w.k + 32 * b),
-                                              qdot::load32(values + row[2 * i + 1] * w.k + 32 * b));
-        const qdot::QScale4 ws = KIND == QuantKind::Q8Halves
+        alignas(32) int8_t scratch[2][32];
+        const qdot::QBlock2 wv = qdot::block2(qdot::load32(signed_block<KIND>(w, row[2 * i], b, scratch[0])),
+                                              qdot::load32(signed_block<KIND>(w, row[2 * i + 1], b, scratch[1])));
+        const qdot::QScale4 ws = halves(KIND)
                                      ? Factors<HALF>::rows_pair(w.scales, row[2 * i] * 2 * nb + 2 * b, row[2 * i + 1] * 2 * nb + 2 * b)
                                      : Factors<HALF>::rows_block(w.scales, row[2 * i] * nb + b, row[2 * i + 1] * nb + b);
         for (int j = 0; j < TP; ++j) {
           const qdot::QScale4 sd = qdot::qmul4(ws, d[j]);
-          if constexpr (KIND == QuantKind::Q8Halves) acc[i][j] = qdot::mma_s8_halves(acc[i][j], wv, a[j], sd);
+          if constexpr (halves(KIND)) acc[i][j] = qdot::mma_s8_halves(acc[i][j], wv, a[j], sd);
           else acc[i][j] = qdot::mma_s8(acc[i][j], wv, a[j], sd);
         }
       }
@@ -464,6 +484,7 @@ void quant_linear(const QuantLinearArgs& a, const Runtime& rt) {
       return half ? run<QuantKind::Q8Halves, true>(a, x, rt) : run<QuantKind::Q8Halves, false>(a, x, rt);
     case QuantKind::Q4: return half ? run<QuantKind::Q4, true>(a, x, rt) : run<QuantKind::Q4, false>(a, x, rt);
     case QuantKind::Q5: return half ? run<QuantKind::Q5, true>(a, x, rt) : run<QuantKind::Q5, false>(a, x, rt);
+    case QuantKind::Q6: return half ? run<QuantKind::Q6, true>(a, x, rt) : run<QuantKind::Q6, false>(a, x, rt);
   }
 }
 
@@ -488,6 +509,8 @@ void quant_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, D
             qdot::store_pair(vals, w.kind == QuantKind::Q5 ? qdot::load_q5_single(qs, w.high + row * nb + b)
                                                            : qdot::load_q4_single(qs));
             for (int j = 0; j < 32; ++j) block[j] = vals[j < 16 ? j : 16 + j];
+          } else if (w.kind == QuantKind::Q6) {
+            signed_block<QuantKind::Q6>(w, row, b, block);
           } else {
             std::memcpy(block, static_cast<const int8_t*>(w.values) + row * K + 32 * b, 32);
           }
@@ -495,7 +518,7 @@ void quant_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, D
             return w.half_factors ? qdot::half_to_float(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
           };
           for (int j = 0; j < 32; ++j) {
-            const float s = factor(w.scales, w.kind == QuantKind::Q8Halves ? row * 2 * nb + 2 * b + j / 16 : row * nb + b);
+            const float s = factor(w.scales, halves(w.kind) ? row * 2 * nb + 2 * b + j / 16 : row * nb + b);
             float value = s * float(block[j]);  // two roundings, as numpy does it: never one fused multiply-add
             if (w.mins != nullptr) value = value + factor(w.mins, row * nb + b);
             else if (w.min_offset != 0) value = value + float(w.min_offset) * s;

@@ -13,19 +13,21 @@ namespace llmchat {
 
 // How a weight's blocks are stored. Values are lossless repacks of the GGUF types (engine/quant/):
 //   Q8:       int8 values [N, K]; scales [N, K/32]                       (Q8_0)
-//   Q8Halves: int8 values [N, K]; scales [N, K/16], one per 16 elements  (Q6_K)
+//   Q8Halves: int8 values [N, K]; scales [N, K/16], one per 16 elements  (Q6_K on ARM and AVX2)
 //   Q4:       u8 nibbles [N, K/2], per block 16 bytes: low nibble = element j, high = element j + 16;
 //             scales and mins [N, K/32]: w = scale * q + min                 (Q4_0, Q4_1, Q4_K)
 //   Q5:       as Q4 plus qh [N, K/32] uint32, bit j = bit 4 of element j  (Q5_0, Q5_1, Q5_K)
+//   Q6:       Q8Halves held in 6 bits: u = w + 32 (0..63) as Q4's nibbles [N, K/2] plus qh [N, K/16] uint32,
+//             per block two words, bit j = bit 4, then bit 5, of element j; scales [N, K/16]  (Q6_K on AVX512-VNNI)
 // Scales and mins are fp32, or fp16 where the file's are (half_factors: Q8_0, Q4_0/1, Q5_0/1 keep their bytes).
 // Without mins, min_offset != 0 means min = min_offset * scale (Q4_0: -8, Q5_0: -16), nothing stored.
-enum class QuantKind : int { Q8 = 0, Q8Halves = 1, Q4 = 2, Q5 = 3 };
+enum class QuantKind : int { Q8 = 0, Q8Halves = 1, Q4 = 2, Q5 = 3, Q6 = 4 };
 
 struct QuantWeightView {
   QuantKind kind = QuantKind::Q8;
   int64_t n = 0, k = 0;            // k a multiple of 32
   const void* values = nullptr;    // int8 [N, K] or nibbles [N, K/2]
-  const uint32_t* high = nullptr;  // Q5 only
+  const uint32_t* high = nullptr;  // Q5 and Q6 only
   const void* scales = nullptr;    // float, or fp16 bits with half_factors
   const void* mins = nullptr;      // Q4/Q5: [N, K/32] like scales, or null
   bool half_factors = false;

@@ -30,8 +30,10 @@ namespace llmchat {
 namespace {
 
 constexpr bool nibbles(QuantKind k) { return k == QuantKind::Q4 || k == QuantKind::Q5; }
-constexpr bool halves(QuantKind k) { return k == QuantKind::Q8Halves; }
-constexpr int64_t block_bytes(QuantKind k) { return nibbles(k) ? 256 : 512; }
+constexpr bool halves(QuantKind k) { return k == QuantKind::Q8Halves || k == QuantKind::Q6; }
+// Q6 is Q8Halves held in 6 bits: its B rows are unpacked to the same bytes (w + 128) as it is read.
+constexpr bool unpacked_rows(QuantKind k) { return nibbles(k) || k == QuantKind::Q6; }
+constexpr int64_t block_bytes(QuantKind k) { return unpacked_rows(k) ? 256 : 512; }
 
 // Quantized activations in plain order: q [M, K], d and dsum [M, nb]; offsets [M, subs] (or null): the stored
 // weights' offset times sum(q) over each block (Q8Halves: each half), what a sum of u * q has on top of the signed one.
@@ -70,7 +72,7 @@ inline __m512 factors16(const void* p, int64_t g, int64_t s, int64_t subs, int64
 template <QuantKind KIND>
 inline void block_rows(const QuantWeightView& w, int64_t nb, int64_t g, int64_t b, __m512i rows[8]) {
   const uint8_t* p = static_cast<const uint8_t*>(w.values) + (g * nb + b) * block_bytes(KIND);
-  if constexpr (nibbles(KIND)) {
+  if constexpr (unpacked_rows(KIND)) {
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int r = 0; r < 4; ++r) {
       const __m512i v = _mm512_loadu_si512(p + 64 * r);
@@ -81,6 +83,15 @@ inline void block_rows(const QuantWeightView& w, int64_t nb, int64_t g, int64_t 
       const uint64_t* masks = reinterpret_cast<const uint64_t*>(w.high) + (g * nb + b) * 8;
       const __m512i bit4 = _mm512_set1_epi8(0x10);
       for (int r = 0; r < 8; ++r) rows[r] = _mm512_mask_add_epi8(rows[r], _cvtu64_mask64(masks[r]), rows[r], bit4);
+    }
+    if constexpr (KIND == QuantKind::Q6) {  // bits 4 and 5 (8 masks each), then u + 96 = w + 128
+      const uint64_t* masks = reinterpret_cast<const uint64_t*>(w.high) + (g * nb + b) * 16;
+      const __m512i bit4 = _mm512_set1_epi8(0x10), bit5 = _mm512_set1_epi8(0x20), to_u8 = _mm512_set1_epi8(96);
+      for (int r = 0; r < 8; ++r) {
+        rows[r] = _mm512_mask_add_epi8(rows[r], _cvtu64_mask64(masks[r]), rows[r], bit4);
+        rows[r] = _mm512_mask_add_epi8(rows[r], _cvtu64_mask64(masks[8 + r]), rows[r], bit5);
+        rows[r] = _mm512_add_epi8(rows[r], to_u8);
+      }
     }
   } else {
     for (int r = 0; r < 8; ++r) rows[r] = _mm512_loadu_si512(p + 64 * r);
@@ -340,7 +351,8 @@ void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1,
   amx::configure(int8_tiles<TM, TN>(halves(KIND) ? 16 : 32));  // per task: tile state belongs to the thread
   // One token tile: each block is unpacked as the chunk goes (amx_chunk's UNPACK). More: once per group, for
   // all its token tiles.
-  constexpr bool kAhead = nibbles(KIND) && TM > 1, kAsItGoes = nibbles(KIND) && TM == 1;
+  // Q6 (halves: sub-blocks of 16 bytes, which the ring's per-block steps do not follow) is unpacked ahead always.
+  constexpr bool kAhead = (nibbles(KIND) && TM > 1) || KIND == QuantKind::Q6, kAsItGoes = nibbles(KIND) && TM == 1;
   thread_local std::vector<uint8_t> unpacked;  // the workers' own: no allocation per call
   if (kAhead && unpacked.size() < size_t(TN * nb * 512)) unpacked.resize(size_t(TN * nb * 512));
   for (int64_t g = g0; g < g1; g += TN) {
@@ -477,10 +489,10 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
   dsum.resize(size_t(a.m * nb));
   quantize_activations(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), d.data(), dsum.data(), rt);
   // 128 for the 8-bit kinds (stored as w + 128), -min_offset for the 4/5-bit kinds whose min is one (Q4_0: 8)
-  const bool eight_bit = a.w.kind == QuantKind::Q8 || a.w.kind == QuantKind::Q8Halves;
+  const bool eight_bit = !nibbles(a.w.kind);  // Q6 too: its rows are unpacked to w + 128
   const int32_t offset = eight_bit ? 128 : a.w.mins == nullptr ? -a.w.min_offset : 0;
   if (offset != 0) {
-    const int size = a.w.kind == QuantKind::Q8Halves ? 16 : 32;
+    const int size = halves(a.w.kind) ? 16 : 32;
     const int64_t per_token = a.w.k / size;
     offsets.resize(size_t(a.m * per_token));
     const int8_t* qs = q.data();  // (thread_local: the workers see their own vectors under these names)
@@ -506,6 +518,9 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
     case QuantKind::Q5:
       return compact ? run<QuantKind::Q5, kCompactU8>(a, x, rt)
              : half  ? run<QuantKind::Q5, kF16>(a, x, rt) : run<QuantKind::Q5, kF32>(a, x, rt);
+    case QuantKind::Q6:
+      return compact ? run<QuantKind::Q6, kCompactI8>(a, x, rt)
+             : half  ? run<QuantKind::Q6, kF16>(a, x, rt) : run<QuantKind::Q6, kF32>(a, x, rt);
   }
 }
 
@@ -523,15 +538,17 @@ void quantize_activations_wide(DType, const void*, int64_t, int64_t, int64_t, in
 void quant_tiles_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, DType dt, void* out,
                       int64_t out_stride, const Runtime& rt) {
   const int64_t K = w.k, nb = K / 32;
-  const bool four = w.kind == QuantKind::Q4 || w.kind == QuantKind::Q5, eight_bit = !four;
-  const int sub = w.kind == QuantKind::Q8Halves ? 2 : 1;
+  const bool four = w.kind == QuantKind::Q4 || w.kind == QuantKind::Q5, six = w.kind == QuantKind::Q6;
+  const bool eight_bit = !four;
+  const bool signed_factors = w.kind == QuantKind::Q8Halves || six;
+  const int sub = signed_factors ? 2 : 1;
   const int64_t supers = K / 256;
   // factor of row n, sub-block s of group g, `subs` sub-blocks a row (the layout of quant_tiles.h)
   auto factor = [&](const void* p, int64_t g, int64_t s, int64_t subs, int64_t n) {
     if (w.compact_factors) {
       const uint8_t* group = static_cast<const uint8_t*>(p) + g * kTileRows * (subs + 2 * supers);
       const uint8_t raw = group[s * kTileRows + n];
-      const int integer = w.kind == QuantKind::Q8Halves ? int(int8_t(raw)) : int(raw);
+      const int integer = signed_factors ? int(int8_t(raw)) : int(raw);
       uint16_t bits;
       std::memcpy(&bits, group + subs * kTileRows + (s / (subs / supers) * kTileRows + n) * 2, 2);
       return float(integer) * to_float(fp16_t{bits});
@@ -546,11 +563,18 @@ void quant_tiles_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_
         using T = decltype(tag);
         T* o = static_cast<T*>(out) + i * out_stride;
         for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * nb + b) * (four ? 256 : 512);
+          const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * nb + b) * (four || six ? 256 : 512);
           for (int e = 0; e < 32; ++e) {
             const int r = e % 16 / 4, j = e % 4;
             int q;
-            if (four) {
+            if (six) {
+              const uint8_t byte = blk[64 * r + 4 * n + j];
+              const uint64_t* masks = reinterpret_cast<const uint64_t*>(w.high) + (g * nb + b) * 16;
+              const int bit = 4 * n + j, word = e / 4;  // B row of element e: e / 4 (rows 4..7 the high nibbles)
+              q = (e < 16 ? byte & 15 : byte >> 4) | int((masks[word] >> bit) & 1) << 4 |
+                  int((masks[8 + word] >> bit) & 1) << 5;
+              q -= 32;
+            } else if (four) {
               const uint8_t byte = blk[64 * r + 4 * n + j];
               q = e < 16 ? byte & 15 : byte >> 4;
               if (w.kind == QuantKind::Q5) {

@@ -342,7 +342,8 @@ bool neon_tiles_compiled() {
 #endif
 }
 
-bool neon_tiles_take(QuantKind) { return true; }
+// Q6 (6-bit Q6_K) is x86's: on ARM Q6_K is held as Q8Halves, and a Q6 weight stays in the row layout.
+bool neon_tiles_take(QuantKind kind) { return kind != QuantKind::Q6; }
 
 const char* quant_tiles_neon_isa() {
 #if !defined(LLMCHAT_NEON_TILES)

@@ -34,7 +34,7 @@ namespace llmchat {
 inline constexpr int kNeonTileRows = 16;  // weight rows per group (as x86's kTileRows: the same slicing rules)
 
 bool neon_tiles_compiled();           // an aarch64 build: `tiled` weights are in this layout
-bool neon_tiles_take(QuantKind kind);  // the kinds this layout has: all four
+bool neon_tiles_take(QuantKind kind);  // the kinds this layout has: all but Q6
 const char* quant_tiles_neon_isa();    // "neon+i8mm", "neon+dotprod", "neon" or "scalar": the block-sum path
 // a.w in this layout: out = x @ W^T (+ bias), as quant_linear.
 void quant_tiles_neon_linear(const QuantLinearArgs& a, const Runtime& rt);
