@@ -3,6 +3,7 @@ timed test), and the transformers baseline ran in its own process with OpenMP's 
 from __future__ import annotations
 
 import json
+import os
 
 from llmchat.engine.bench import throughput as bench
 from llmchat.tui.cli import main as cli_main
@@ -90,6 +91,7 @@ def test_bench_json_schema_reports_constrained_against_unconstrained(tiny_model_
 
 def test_bench_workload_compares_speculation_with_none(tiny_model_dir, capsys):
     # the tiny model's 512-token context holds the chat workload only
+    before = os.environ.get("LLMCHAT_SPECULATIVE")
     code = cli_main(["bench", str(tiny_model_dir()), "--workload", "chat", "--speculative", "ngram",
                      "--sessions", "3", "--tokens", "24", "--dtype", "float32", "--kv-cache-gb", "0.05", "--json"])
     assert code == 0
@@ -100,6 +102,8 @@ def test_bench_workload_compares_speculation_with_none(tiny_model_dir, capsys):
     assert f["off"]["guessed"] == 0 and f["off"]["decode_tok_s_1"] > 0
     assert cli_main(["bench", str(tiny_model_dir()), "--workload", "chat", "--speculative", "off"]) == 2
     assert "give --speculative auto or ngram" in capsys.readouterr().err
+    # the switch was bench's engines' alone: nothing built later in this process inherits it
+    assert os.environ.get("LLMCHAT_SPECULATIVE") == before
 
 
 def test_bench_restart_reads_the_chat_back_in_a_new_process(tiny_model_dir, capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 from llmchat.engine.bench.llama_cpp import check_binary
 from llmchat.engine.store import resolve_model
 
-from .guessing_options import add_guessing_options, export_guessing_options
+from .guessing_options import add_guessing_options, guessing_environment
 from .kv_disk_option import add_kv_disk_option
 
 
@@ -76,11 +76,11 @@ def run(args: argparse.Namespace) -> int:
         if other:
             raise ValueError(f"--llama-bench goes with the plain bench (decode, prefill), not with {other[0]}")
         check_binary(args.llama_bench)   # before the model is resolved and loaded
-    export_guessing_options(args)   # every engine this benchmark builds, a server's too
-    name, kwargs = benchmark(args)
-    # imported when run: a benchmark loads torch and the engine, which `llmchat --help` should not wait for
-    bench = importlib.import_module(f"llmchat.engine.bench.{name}")
-    result = bench.run(resolve_model(args.model), **kwargs)
+    with guessing_environment(args):   # every engine this benchmark builds, a server's too
+        name, kwargs = benchmark(args)
+        # imported when run: a benchmark loads torch and the engine, which `llmchat --help` should not wait for
+        bench = importlib.import_module(f"llmchat.engine.bench.{name}")
+        result = bench.run(resolve_model(args.model), **kwargs)
     print(json.dumps(result, indent=2) if args.json else bench.format_report(result))
     return 1 if "error" in result.get("llama_bench", {}) else 0   # llmchat's figures printed, the anchor failed
 

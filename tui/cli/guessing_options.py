@@ -4,7 +4,9 @@ builds through the environment EngineConfig reads (LLMCHAT_SPECULATIVE, LLMCHAT_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from collections.abc import Iterator
 
 from llmchat.engine.store import resolve_model
 
@@ -34,10 +36,19 @@ def guessing_engine_options(args: argparse.Namespace) -> dict:
     return options
 
 
-def export_guessing_options(args: argparse.Namespace) -> None:
-    """The options given, for every engine this process builds (EngineConfig reads the environment)."""
+@contextlib.contextmanager
+def guessing_environment(args: argparse.Namespace) -> Iterator[None]:
+    """The options given, for every engine built inside (EngineConfig reads the environment); the environment
+    as it was afterwards, so a caller in the same process (a test, a later command) sees no trace of them."""
     options = guessing_engine_options(args)
-    if "speculative" in options:
-        os.environ["LLMCHAT_SPECULATIVE"] = options["speculative"]
-    if "draft_model" in options:
-        os.environ["LLMCHAT_DRAFT_MODEL"] = options["draft_model"]
+    values = {"LLMCHAT_SPECULATIVE": options.get("speculative"), "LLMCHAT_DRAFT_MODEL": options.get("draft_model")}
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update({name: value for name, value in values.items() if value is not None})
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
