@@ -57,6 +57,36 @@ class PeakWatcher:
         self._thread.join()
 
 
+class HeldSteps:
+    """Holds the engine thread before its next step until all `count` requests are in: those sent meanwhile wait in
+    its command queue, so they start together however slowly a busy machine sends them (a 24-token reply of the
+    tiny model can end before the next request is even connected)."""
+
+    def __init__(self, async_engine, count: int):
+        self.async_engine, self.count, self._gate = async_engine, count, threading.Event()
+
+    def __enter__(self):
+        engine = self.async_engine.engine
+        step = engine.step
+
+        def held_step():
+            self._gate.wait()
+            return step()
+        engine.step = held_step
+        return self
+
+    async def release_when_all_arrived(self):
+        def arrived():   # taken in by the engine thread (held before its step), or queued for it
+            return len(self.async_engine.engine.requests) + self.async_engine._commands.qsize()
+        while arrived() < self.count:
+            await asyncio.sleep(0.005)   # no event tells the test a request reached the engine's queue
+        self._gate.set()
+
+    def __exit__(self, *exc):
+        self._gate.set()
+        del self.async_engine.engine.step   # the class's own step again
+
+
 async def stream_text(client, model: str, messages, max_tokens: int = 24) -> str:
     stream = await client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
                                                   temperature=0, stream=True, extra_body={"ignore_eos": True})
@@ -66,8 +96,10 @@ async def stream_text(client, model: str, messages, max_tokens: int = 24) -> str
 async def test_eight_concurrent_streams_equal_their_solo_runs(server):
     client = openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
     solo = [await stream_text(client, "tiny", chat(i)) for i in range(8)]
-    with PeakWatcher(server.engine()) as watch:
-        together = await asyncio.gather(*(stream_text(client, "tiny", chat(i)) for i in range(8)))
+    with PeakWatcher(server.engine()) as watch, HeldSteps(server.engine(), 8) as held:
+        streams = asyncio.gather(*(stream_text(client, "tiny", chat(i)) for i in range(8)))
+        await held.release_when_all_arrived()
+        together = await streams
     assert together == solo
     assert watch.peak >= 4, "the streams did not run in one batch"
     assert len(set(solo)) > 1
