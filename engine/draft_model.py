@@ -30,13 +30,15 @@ from .sequence import ScheduledChunk, Sequence, SequenceStatus
 
 
 class DraftModel:
-    def __init__(self, target: EngineConfig, target_tokenizer, target_block_bytes: int, target_vocab: int) -> None:
+    def __init__(self, target: EngineConfig, target_tokenizer, target_block_bytes: int, target_vocab: int,
+                 target_weight_bytes: int) -> None:
         path = Path(target.draft_model)
         config = replace(target, model_path=path, draft_model=None, speculative="off", kv_disk=False)
         self.runner = ModelRunner(config)
         if self.runner.window_layers:
             raise ValueError(f"draft model {path.name}: models with sliding-window layers cannot draft")
         check_same_tokenizer(load_tokenizer(path), target_tokenizer, path.name)
+        check_not_larger(self.runner.model.weight_bytes(), target_weight_bytes, path.name)
         self.vocab = min(self.runner.vocab_size, target_vocab)   # padded embedding rows are never guessed
         self.block_size = config.block_size
         # room for as many tokens as the target's cache holds: the draft never limits how many sequences guess
@@ -148,3 +150,11 @@ def check_same_tokenizer(draft, target, name: str) -> None:
     if draft.get_vocab() != target.get_vocab():
         raise ValueError(f"draft model {name} has another tokenizer than the model it drafts for: its guesses "
                          "would be other tokens (pick a smaller model of the same family)")
+
+
+def check_not_larger(draft_bytes: int, target_bytes: int, name: str) -> None:
+    """A draft reads its weights once per guess: one larger than its target costs more than the decoding it is
+    to save; ValueError."""
+    if draft_bytes > target_bytes:
+        raise ValueError(f"draft model {name} is larger than the model it drafts for ({draft_bytes / 2**20:.0f} MB "
+                         f"of weights against {target_bytes / 2**20:.0f} MB): a draft must be the smaller model")

@@ -193,7 +193,8 @@ class LLMEngine:
         if self.config.draft_model is None:
             return None
         from .draft_model import DraftModel
-        return DraftModel(self.config, self.tokenizer, self.runner.kv_block_bytes(), self.vocab_size)
+        return DraftModel(self.config, self.tokenizer, self.runner.kv_block_bytes(), self.vocab_size,
+                          self.runner.model.weight_bytes())
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self._pending)

@@ -2,7 +2,8 @@
 seeded replies are token-identical, each emitted token's logits row bit-identical, with a draft and without,
 alone, batched in 16-token budgets, preempted, and with a draft cache too small for every sequence; a draft that
 agrees with the model has its guesses held, one that does not has them refused; only confirmed tokens reach
-the draft's prefix cache; a finished sequence's draft blocks go back; a draft with another tokenizer is refused."""
+the draft's prefix cache; a finished sequence's draft blocks go back; a draft with another tokenizer, or
+larger than its model, is refused."""
 from __future__ import annotations
 
 import random
@@ -91,3 +92,9 @@ def test_a_draft_with_another_tokenizer_is_refused(tiny_model_dir, tmp_path):
         LLM(tiny_model_dir("llama"), dtype="float32", kv_cache_gb=0.05, draft_model=other)
     with pytest.raises(ValueError, match="draft_kv_cache_gb"):
         LLM(tiny_model_dir("llama"), dtype="float32", kv_cache_gb=0.05, draft_model=other, draft_kv_cache_gb=0)
+
+
+def test_a_draft_larger_than_its_model_is_refused(tiny_model_dir, drafts, tmp_path):
+    small = drafts["other"]   # one layer
+    with pytest.raises(ValueError, match="larger than the model it drafts for"):
+        LLM(small, dtype="float32", kv_cache_gb=0.05, draft_model=tiny_model_dir("llama"))
