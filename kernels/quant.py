@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 import llmchat.kernels.quant_neon_layout as neon_layout
@@ -269,21 +270,33 @@ class QuantWeight:
         return w.reshape(self.n, self.k)
 
 
+PLANE_GROUPS = 2048  # 16-row groups of a bit plane reordered at a time: its temporaries stay ~50 MB
+
+
 def _tile_plane(high: torch.Tensor, groups: int) -> torch.Tensor:
     """One bit plane [N, nb] int32 (bit j: element j) -> int64 words [groups, nb, 8]: bit 4n + j of word r is the
-    bit of element 4r + j of row n (a byte mask of B row r, quant_tiles.h). int64 wraps like uint64."""
+    bit of element 4r + j of row n (a byte mask of B row r, quant_tiles.h). A byte per bit while reordering, a
+    slice of groups at a time: a token table's plane is hundreds of millions of bits."""
     nb = high.shape[1]
-    bits = (high.reshape(groups, TILE_ROWS, nb, 1).to(torch.int64) >> torch.arange(32)) & 1
-    bits = bits.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(groups, nb, 8, 64)
-    return (bits << torch.arange(64)).sum(-1)
+    rows = np.ascontiguousarray(high.numpy()).view(np.uint8).reshape(groups, TILE_ROWS, nb, 4)
+    out = np.empty((groups, nb, 8, 8), dtype=np.uint8)
+    for g in range(0, groups, PLANE_GROUPS):
+        bits = np.unpackbits(rows[g:g + PLANE_GROUPS], axis=-1, bitorder="little")      # [g, n, b, 32]
+        bits = bits.reshape(-1, TILE_ROWS, nb, 8, 4).transpose(0, 2, 3, 1, 4).reshape(-1, nb, 8, 64)
+        out[g:g + PLANE_GROUPS] = np.packbits(bits, axis=-1, bitorder="little")          # [g, b, r, 8 bytes]
+    return torch.from_numpy(out.view(np.int64).reshape(groups, nb, 8))
 
 
 def _untile_plane(words: torch.Tensor, groups: int) -> torch.Tensor:
-    """_tile_plane's inverse: words [groups, nb, 8] int64 -> [N, nb] int32 (wraps like uint32)."""
+    """_tile_plane's inverse: words [groups, nb, 8] int64 -> [N, nb] int32."""
     nb = words.shape[1]
-    bits = (words.reshape(groups, nb, 8, 1) >> torch.arange(64)) & 1     # [g, b, r, 4n + j]
-    bits = bits.view(groups, nb, 8, TILE_ROWS, 4).permute(0, 3, 1, 2, 4).reshape(groups * TILE_ROWS, nb, 32)
-    return (bits << torch.arange(32)).sum(-1).to(torch.int32)
+    tiles = np.ascontiguousarray(words.numpy()).view(np.uint8).reshape(groups, nb, 8, 8)
+    out = np.empty((groups, TILE_ROWS, nb, 4), dtype=np.uint8)
+    for g in range(0, groups, PLANE_GROUPS):
+        bits = np.unpackbits(tiles[g:g + PLANE_GROUPS], axis=-1, bitorder="little")     # [g, b, r, 4n + j]
+        bits = bits.reshape(-1, nb, 8, TILE_ROWS, 4).transpose(0, 3, 1, 2, 4).reshape(-1, TILE_ROWS, nb, 32)
+        out[g:g + PLANE_GROUPS] = np.packbits(bits, axis=-1, bitorder="little")          # [g, n, b, 4 bytes]
+    return torch.from_numpy(out.view(np.int32).reshape(groups * TILE_ROWS, nb))
 
 
 def holds_q6() -> bool:
