@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from llmchat.kernels.memory import huge_page_buffer
-from llmchat.kernels.quant import QuantWeight
+from llmchat.kernels.quant import QuantWeight, holds_q6
 
 from ..cache_paths import cache_root, disk_budget, drop_stale_temporaries, evict_least_recent
 from ..layers.linear import Linear
@@ -62,7 +62,8 @@ def identity(gguf: Path, kernels, tiles: bool, q8_wide: bool) -> dict:
     if kernels is not None:
         paths = {"level": kernels.level(), "tiles": kernels.tiles_isa(), "quant": kernels.quant_isa()}
     return {"layout": LAYOUT_VERSION, "file": str(gguf.resolve()), "size": stat.st_size,
-            "mtime_ns": stat.st_mtime_ns, "kernels": paths, "tiles": tiles, "q8_wide": q8_wide}
+            "mtime_ns": stat.st_mtime_ns, "kernels": paths, "tiles": tiles, "q8_wide": q8_wide,
+            "q6k_bits": 6 if holds_q6() else 8}
 
 
 class PreparedCache:

@@ -10,7 +10,7 @@ from gguf.quants import dequantize, quantize
 
 import llmchat.kernels as K
 from llmchat.engine.quant.gguf_blocks import BLOCKS, UnsupportedTensorType, dense, repack
-from llmchat.kernels.quant import QuantWeight, holds_q6, reference_linear
+from llmchat.kernels.quant import QuantWeight, holds_q6, reference_linear, tiles_isa
 
 ROUND_TRIP = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]   # the gguf package can write these itself
 K_QUANTS = {"Q4_K": ((0, 2), (2, 4)), "Q5_K": ((0, 2), (2, 4)), "Q6_K": ((208, 210),)}  # fp16 fields
@@ -126,16 +126,20 @@ def test_k_quant_tiles_keep_the_file_factors(type_name):
     assert all(torch.equal(a, b) for a, b in zip(into.present(), compact.present()))
 
 
-@pytest.mark.skipif(not holds_q6(), reason="Q6_K keeps its 6 bits where x86's tile layout runs (AVX512-VNNI)")
-def test_q6_k_in_its_own_6_bits_gives_the_bits_of_its_8_bit_form():
-    """Q6_K held as nibbles and two bit planes ("q6") is read into the same bytes the 8-bit form ("q8h", the
-    oracle: one int8 a weight) holds, so every path gives the same bits, in the file's bytes."""
+@pytest.mark.skipif(not tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI) runs Q6_K in 6 bits")
+def test_q6_k_in_its_own_6_bits_gives_the_bits_of_its_8_bit_form(monkeypatch):
+    """Q6_K held as nibbles and two bit planes ("q6", LLMCHAT_Q6K_BITS=6) dequantizes as the file does and is
+    read into the same bytes the default 8-bit form ("q8h": one int8 a weight) holds, so every path gives the same
+    bits, in the file's bytes."""
     rows, cols = 48, 768
     raw = random_k_blocks("Q6_K", rows, cols, seed=11)
+    eight = repack("Q6_K", raw, rows, cols)
+    monkeypatch.setenv("LLMCHAT_Q6K_BITS", "6")
+    assert holds_q6()
     six = repack("Q6_K", raw, rows, cols)
-    eight = QuantWeight("q8h", six.integers().to(torch.int8), six.scales, source="Q6_K",
-                        packed_factors=six.packed_factors)
-    assert six.kind == "q6" and torch.equal(six.dequantize(), eight.dequantize())
+    want = torch.from_numpy(dequantize(raw, T["Q6_K"]))
+    assert eight.kind == "q8h" and six.kind == "q6"
+    assert torch.equal(six.dequantize(), want) and torch.equal(eight.dequantize(), want)
     ids = torch.tensor([0, 47, 17, 30, 17, 5])
     for a, b in [(six, eight), (six.tiled_copy(), eight.tiled_copy())]:
         assert a.nbytes < b.nbytes

@@ -11,6 +11,7 @@ import torch
 from llmchat.engine import LLM, SamplingParams
 from llmchat.engine.quant.prepared_cache import HEADER
 from llmchat.engine.quant.quality import sequence_logits
+from llmchat.kernels.quant import tiles_isa
 
 MESSAGES = [{"role": "user", "content": "Once upon a time there was a"}]
 
@@ -131,3 +132,20 @@ def test_a_manifest_that_does_not_fit_the_model_leaves_it_untouched(store, tiny_
         llm = load(folder)
     assert not prepared(llm) and "discarded" in caplog.text
     assert run(llm) == reference
+
+
+@pytest.mark.skipif(not tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI) runs Q6_K in 6 bits")
+def test_q6_k_in_6_bits_has_the_bits_of_8_and_a_cache_file_of_its_own(store, tiny_gguf, cache_dir, monkeypatch):
+    """LLMCHAT_Q6K_BITS=6 holds the Q6_K tensors (output head, attn_v, ...) in the file's 6 bits: the same tokens and
+    logits, bit for bit, as the default 8-bit form, fewer weight bytes, and prepared files of their own."""
+    folder = store.import_path(tiny_gguf("llama", "mixed")).path
+    eight = load(folder)
+    monkeypatch.setenv("LLMCHAT_Q6K_BITS", "6")
+    six = load(folder)
+    assert not prepared(six) and len(list(cache_dir.glob("*.bin"))) == 2   # not the 8-bit file
+    kinds = {w.kind for m in six.engine.runner.model.modules() if hasattr(m, "quantized_run_weights")
+             for w in m.quantized_run_weights()}
+    assert "q6" in kinds and "q8h" not in kinds
+    assert six.engine.runner.model.weight_bytes() < eight.engine.runner.model.weight_bytes()
+    assert run(six) == run(eight)
+    assert prepared(load(folder)) and run(load(folder)) == run(eight)   # its own warm start
