@@ -28,7 +28,9 @@ async def test_a_reopened_chat_reads_its_prompt_from_disk(dirs, chat_model, monk
         await wait_until(pilot, lambda: reply_done(again) and len(again.main_screen.current.messages) == 4,
                          what="second reply")
         stats = again.main_screen.current.messages[-1].stats
-        await wait_until(pilot, lambda: last_stats_line(again), what="the stats line")
+        # the view shows a finished reply's stats at its next frame: wait for them, not for any status text
+        # (right after the reply ends it can still read "waiting for the first token…")
+        await wait_until(pilot, lambda: stats.line() in last_stats_line(again), what="the reply's stats line")
         line = last_stats_line(again)
     # the first turn (prompt and reply) was computed by the other app: now read, not computed
     assert stats.num_disk_cached_tokens >= first.num_prompt_tokens // 16 * 16 > 0
