@@ -7,8 +7,8 @@ A `QuantWeight` is the kernels' layout of one [N, K] weight in blocks of 32 (see
           [N, K/32]: w = scale * q + min                            (Q4_0, Q4_1, Q4_K)
     "q5"  as q4 plus high bits [N, K/32] int32 (bit j = bit 4 of element j)  (Q5_0, Q5_1, Q5_K)
     "q6"  q8h in 6 bits: u = w + 32 as q4's nibbles [N, K/2], high bits [N, K/16] int32 (per block two words:
-          bit j = bit 4, then bit 5, of element j), scales [N, K/16]  (GGUF Q6_K with LLMCHAT_Q6K_BITS=6
-          where x86's tiles run it, else q8h: `holds_q6()`)
+          bit j = bit 4, then bit 5, of element j), scales [N, K/16]  (GGUF Q6_K where x86's tiles
+          run it, unless LLMCHAT_Q6K_BITS=8; else q8h: `holds_q6()`)
 Scales and mins are float32, or float16 where the GGUF file's are (Q8_0, Q4_0/1, Q5_0/1 keep their bytes);
 `min_offset` (Q4_0: -8, Q5_0: -16) stands for min = min_offset * scale without storing mins.
 K-quants (Q4_K, Q5_K, Q6_K) carry their factors as the file has them too (`packed_factors`, row order): a small
@@ -301,11 +301,11 @@ def _untile_plane(words: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def holds_q6() -> bool:
-    """Whether GGUF Q6_K is held in its own 6 bits ("q6", the file's bytes), which only x86's tile layout runs
-    (AVX512-VNNI): asked for with LLMCHAT_Q6K_BITS=6. By default it is widened to 8 bits ("q8h", 1.3x those
-    tensors' bytes): rebuilding the bytes in registers costs a decode step more than the bytes it saves on the
-    machines measured (docs/performance.md), so the smaller form is the choice of a tight memory budget."""
-    return os.environ.get("LLMCHAT_Q6K_BITS", "").strip() == "6" and _wide_q8()
+    """Whether GGUF Q6_K is held in its own 6 bits ("q6", the file's bytes): where x86's tile layout runs it
+    (AVX512-VNNI), by default. There decode reads the fewest bytes and is faster for it (docs/performance.md);
+    LLMCHAT_Q6K_BITS=8 widens it to 8 bits ("q8h", 1.3x those tensors' bytes) instead. Elsewhere it is always
+    widened: only the tiles rebuild its bytes in registers (the row paths unpack 6 bits one by one)."""
+    return os.environ.get("LLMCHAT_Q6K_BITS", "").strip() != "8" and _wide_q8()
 
 
 def _wide_q8() -> bool:

@@ -128,13 +128,15 @@ def test_k_quant_tiles_keep_the_file_factors(type_name):
 
 @pytest.mark.skipif(not tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI) runs Q6_K in 6 bits")
 def test_q6_k_in_its_own_6_bits_gives_the_bits_of_its_8_bit_form(monkeypatch):
-    """Q6_K held as nibbles and two bit planes ("q6", LLMCHAT_Q6K_BITS=6) dequantizes as the file does and is
-    read into the same bytes the default 8-bit form ("q8h": one int8 a weight) holds, so every path gives the same
-    bits, in the file's bytes."""
+    """Q6_K held as nibbles and two bit planes ("q6", the default here) dequantizes as the file does and is read
+    into the same bytes its 8-bit form ("q8h": one int8 a weight, LLMCHAT_Q6K_BITS=8) holds, so every path gives
+    the same bits, in the file's bytes."""
     rows, cols = 48, 768
     raw = random_k_blocks("Q6_K", rows, cols, seed=11)
+    monkeypatch.setenv("LLMCHAT_Q6K_BITS", "8")
+    assert not holds_q6()
     eight = repack("Q6_K", raw, rows, cols)
-    monkeypatch.setenv("LLMCHAT_Q6K_BITS", "6")
+    monkeypatch.delenv("LLMCHAT_Q6K_BITS")
     assert holds_q6()
     six = repack("Q6_K", raw, rows, cols)
     want = torch.from_numpy(dequantize(raw, T["Q6_K"]))

@@ -136,11 +136,13 @@ def test_a_manifest_that_does_not_fit_the_model_leaves_it_untouched(store, tiny_
 
 @pytest.mark.skipif(not tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI) runs Q6_K in 6 bits")
 def test_q6_k_in_6_bits_has_the_bits_of_8_and_a_cache_file_of_its_own(store, tiny_gguf, cache_dir, monkeypatch):
-    """LLMCHAT_Q6K_BITS=6 holds the Q6_K tensors (output head, attn_v, ...) in the file's 6 bits: the same tokens and
-    logits, bit for bit, as the default 8-bit form, fewer weight bytes, and prepared files of their own."""
+    """The Q6_K tensors (output head, attn_v, ...) are held in the file's 6 bits by default here: the same tokens
+    and logits, bit for bit, as their 8-bit form (LLMCHAT_Q6K_BITS=8), fewer weight bytes, and prepared files of
+    their own."""
     folder = store.import_path(tiny_gguf("llama", "mixed")).path
+    monkeypatch.setenv("LLMCHAT_Q6K_BITS", "8")
     eight = load(folder)
-    monkeypatch.setenv("LLMCHAT_Q6K_BITS", "6")
+    monkeypatch.delenv("LLMCHAT_Q6K_BITS")
     six = load(folder)
     assert not prepared(six) and len(list(cache_dir.glob("*.bin"))) == 2   # not the 8-bit file
     kinds = {w.kind for m in six.engine.runner.model.modules() if hasattr(m, "quantized_run_weights")

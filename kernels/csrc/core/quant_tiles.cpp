@@ -210,12 +210,18 @@ void vnni_tokens(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0
   }
 }
 
-// Groups [g0, g1) against tokens [m0, m1): a lone token takes 4 groups at once (more rows share each
-// activation load), more tokens 2 groups (the weight rows are reused across the tile's tokens).
+// Groups [g0, g1) against tokens [m0, m1). Packed kinds (nibbles, Q6) go one group at a time: the thread then
+// reads its weights as one sequential stream, which DRAM prefetch keeps up with (4 groups' streams at once ran a
+// Zen 5's Q4/Q6 decode ~30% below its read bandwidth). 8-bit weights, whose rows need no unpacking, take 4
+// groups for a lone token (more rows share each activation load) and 2 for more (rows reused across tokens).
 template <QuantKind KIND, int HALF, bool WIDE>
 void vnni_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1, int64_t m0, int64_t m1,
                  const Store& finish) {
   int64_t g = g0;
+  if constexpr (unpacked_rows(KIND)) {
+    for (; g < g1; ++g) vnni_tokens<KIND, HALF, WIDE, 1>(a, x, g, m0, m1, finish);
+    return;
+  }
   if (m1 - m0 == 1) {
     for (; g + 4 <= g1; g += 4) vnni_tokens<KIND, HALF, WIDE, 4>(a, x, g, m0, m1, finish);
   } else {
