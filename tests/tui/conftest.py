@@ -39,3 +39,9 @@ def chat_model(tmp_path_factory) -> Path:
 def long_model(tmp_path_factory) -> Path:
     """EOS is an id the tokenizer never produces: every reply runs to max_tokens (stop / continue tests)."""
     return make_model(tmp_path_factory.mktemp("long-model"), "llama", eos_token_id=383)
+
+
+@pytest.fixture(scope="session")
+def draft_model(tmp_path_factory) -> Path:
+    """A draft for chat_model and long_model: their tokenizer, one layer of other weights (smaller)."""
+    return make_model(tmp_path_factory.mktemp("draft-model"), "llama", seed=7, num_hidden_layers=1)

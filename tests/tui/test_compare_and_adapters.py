@@ -81,7 +81,7 @@ async def test_attach_an_adapter_from_the_models_screen(dirs, chat_model, adapte
         await wait_until(pilot, lambda: reply_done(app))
         assert app.main_screen.current.messages[-1].adapter == adapter
         assert app.main_screen.current.messages[-1].content != base_reply
-        assert adapter in app.engines.loaded[str(chat_model)].adapters
+        assert adapter in app.engines.loaded[(str(chat_model), None)].adapters
 
 
 async def test_open_a_compare_report(dirs, chat_model, tmp_path):

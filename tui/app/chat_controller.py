@@ -94,19 +94,19 @@ class ChatController:
             await self.switch_to(latest.id)
         else:
             await self.create_session(model)
-        self.ui.load_model(model)
+        self.ui.load_model(model, self.current.settings.draft_model)
 
     # ---- a session's settings: its model, adapter, chat template -----------------------------------
     def apply_settings(self, session: ChatSession, result: SessionSettings | None) -> None:
         """What the session settings dialog returned (None: cancelled)."""
         if result is None:
             return
-        model_changed = result.model != session.settings.model
+        engine_changed = (result.model, result.draft_model) != (session.settings.model, session.settings.draft_model)
         session.settings = result
         self.db.save_settings(session.id, result)
         self.ui.refresh_session_item(session.id)
-        if model_changed and result.model and not self.engines.is_loaded(result.model):
-            self.ui.load_model(result.model)
+        if engine_changed and result.model and not self.engines.is_loaded(result.model, result.draft_model):
+            self.ui.load_model(result.model, result.draft_model)   # a draft the engine refuses: said now
         self.ui.notify("Session settings saved", timeout=3)
 
     def use_chat_template(self, session: ChatSession, choice: str) -> None:
@@ -118,17 +118,19 @@ class ChatController:
     def use_model(self, model: str) -> None:
         """The current session uses this model (loaded now); it becomes the default when there is none."""
         session = self.current
+        draft = None
         if session is not None and session.id not in self.replies:
             session.settings.model = model
             self.db.save_settings(session.id, session.settings)
             self.ui.refresh_session_item(session.id)
+            draft = session.settings.draft_model    # the session's draft guesses for its new model too
         if not self.settings.default_model:
             self.settings.default_model = model
             try:
                 self.settings_store.save(self.settings)
             except (ValueError, OSError) as exc:
                 self.ui.notify(str(exc), severity="warning")
-        self.ui.load_model(model)
+        self.ui.load_model(model, draft)
 
     def attach_adapter(self, adapter: str | None) -> None:
         session = self.current

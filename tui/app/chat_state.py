@@ -19,6 +19,9 @@ class SessionSettings:
     chat_template: str = ""        # "" = the model's own; a known template's name (engine/chat_templates); "raw"
     thinking: bool | None = None   # a template's enable_thinking switch; None = the template's default
     speculative: str | None = None  # guessing (speculative decoding): auto, ngram or off; None = the engine's
+    # a smaller model with the same tokenizer that guesses for it (library name or path); None = the engine's
+    # (none unless LLMCHAT_DRAFT_MODEL)
+    draft_model: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -37,8 +37,8 @@ class ChatUI(Protocol):
     def offer_chat_template(self, session: ChatSession, suggested: str | None) -> None:
         """The session's model has no chat template: ask how to send."""
 
-    def load_model(self, model: str) -> None:
-        """Load a model in the background, showing its progress."""
+    def load_model(self, model: str, draft: str | None = None) -> None:
+        """Load a model (with a draft model) in the background, showing its progress."""
 
     # ---- the message input -----------------------------------------------------------------------
     def prompt_sent(self, text: str) -> None:

@@ -1,6 +1,8 @@
 """Sessions and messages in SQLite (stdlib sqlite3), schema versioned with PRAGMA user_version.
 
 Every change is committed at once (autocommit + WAL), so a crash loses at most the reply being generated.
+A session's settings are one JSON document (SessionSettings): a field added there needs no migration, as
+rows written before it load with its default.
 """
 from __future__ import annotations
 

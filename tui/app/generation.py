@@ -58,7 +58,7 @@ def finish_reason(engine_reason: str | None, max_tokens: int | None, generated: 
 async def stream_reply(engines: EngineManager, session: ChatSession, reply: ChatMessage, continuing: bool,
                        on_request=lambda engine, request_id: None) -> None:
     """Fill `reply` as deltas arrive; sets finish_reason ("abort" when cancelled) and stats."""
-    model = await engines.get(session.settings.model)
+    model = await engines.get(session.settings.model, session.settings.draft_model)
     await engines.ensure_adapter(model, session.settings.adapter)
     params = sampling_params(session)
     prompt = reply_prompt(session, reply, continuing, remote=is_remote(session.settings.model))

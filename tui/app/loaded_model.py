@@ -21,7 +21,9 @@ class LoadedModel:
     adapters: set = field(default_factory=set)     # LoRA names loaded into this engine
     weights: str = ""                    # how the weights run: a GGUF quant (Q4_K_M), "q4_k at load", or ""
     remote: bool = False                 # on a remote OpenAI-compatible server (engine: RemoteEngine)
+    draft: Path | None = None            # the draft model the engine guesses with, if any
+    draft_bytes: int = 0                 # its weights and its KV cache
 
     @property
     def total_bytes(self) -> int:
-        return self.weight_bytes + self.kv_bytes
+        return self.weight_bytes + self.kv_bytes + self.draft_bytes

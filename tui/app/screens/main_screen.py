@@ -274,7 +274,8 @@ class MainScreen(Screen):
         model = session.settings.model
         screen = SessionSettingsScreen(session.settings, self.known_models(), self.library_names("adapter"),
                                        model_defaults(model, self.data_path),
-                                       thinking_switch=supports_thinking(model, self.data_path))
+                                       thinking_switch=supports_thinking(model, self.data_path),
+                                       data_path=self.data_path)
         self.app.push_screen(screen, lambda result: self.chat.apply_settings(session, result))
 
     def offer_chat_template(self, session: ChatSession, suggested: str | None) -> None:
@@ -292,14 +293,15 @@ class MainScreen(Screen):
         """The current session uses this model (loaded now); the Models screen asks the controller directly."""
         self.chat.use_model(model)
 
-    def load_model(self, model: str) -> None:
-        """Load in the background; the engine panel shows it loading, a notice when done or failed."""
+    def load_model(self, model: str, draft: str | None = None) -> None:
+        """Load in the background (with a session's draft model); the engine panel shows it loading, a notice
+        when done or failed (a draft the engine refuses says why)."""
         async def load() -> None:
             started = time.monotonic()
             self.notify(f"Loading {Path(model).name}…", timeout=3)
             self.call_later(self.poll_metrics)     # show the loading bar now, not at the next poll
             try:
-                await self.engines.get(model)
+                await self.engines.get(model, draft)
             except EXPECTED_ERRORS as exc:
                 self.notify(str(exc), title="Model not loaded", severity="error", timeout=15)
                 return
@@ -334,10 +336,9 @@ class MainScreen(Screen):
                 await view.sync()
 
     def poll_metrics(self) -> None:
-        loading = [(Path(k).name, self.engines.load_progress.get(k)) for k in self.engines.loading]
         if self.updating:
             for panel in self.query(EnginePanel):
-                panel.show(self.engines.metrics(), loading)
+                panel.show(self.engines.metrics(), self.engines.loading_models())
 
     async def ask_remote_models(self) -> None:
         self.remote_names, problems = await self.engines.remote.model_names()

@@ -1,5 +1,5 @@
-"""Per-session settings: model, adapter, system prompt, template switches, guessing and sampling. Empty fields =
-the defaults shown in them."""
+"""Per-session settings: model, adapter, system prompt, template switches, guessing (and its draft model) and
+sampling. Empty fields = the defaults shown in them."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,6 +17,7 @@ from llmchat.engine.sampling_params import SamplingParams
 
 from ..chat_prompt import MODELS_OWN, RAW
 from ..chat_state import SessionSettings
+from ..engines import resolve_draft
 from ..widgets.mount_safe_select import MountSafeSelect
 
 # What a session's chat messages are rendered with: a base model without a template needs one of the others.
@@ -68,16 +69,30 @@ def check_adapter(adapter: str | None, model: str, library: list[str]) -> None:
     raise ValueError(f"no adapter {adapter!r}: give a library name{known} or a folder with adapter_config.json")
 
 
+def check_draft(draft: str | None, model: str, speculative: str | None, data_path: Path | None) -> None:
+    """A draft model is found as `llmchat run --draft` finds it; it guesses for a local model, so neither with
+    guessing off nor for a remote one. Whether it fits the model (tokenizer, size) the engine says as it loads."""
+    if not draft:
+        return
+    if is_remote(model):
+        raise ValueError("a remote model takes no draft model: its server runs it (leave the draft model empty)")
+    if speculative == "off":
+        raise ValueError("a draft model guesses tokens: it does not go with guessing off")
+    resolve_draft(draft, data_path)
+
+
 class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="settings.cancel"),
                 Binding("ctrl+s", "save", "Save", id="settings.save")]
 
     def __init__(self, settings: SessionSettings, models: list[str], adapters: list[str], defaults: dict,
-                 thinking_switch: bool = False) -> None:
-        """thinking_switch: the model's chat template takes enable_thinking (never for a remote model)."""
+                 thinking_switch: bool = False, data_path: Path | None = None) -> None:
+        """thinking_switch: the model's chat template takes enable_thinking (never for a remote model);
+        data_path: the library a draft model's name is looked up in (None: the default one)."""
         super().__init__(classes="dialog-screen")
         self.settings, self.models, self.adapters, self.defaults = settings, models, adapters, defaults
         self.thinking_switch = thinking_switch
+        self.data_path = data_path
 
     def compose(self):
         s = self.settings
@@ -108,6 +123,11 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
                 yield Label("Guessing", classes="form-label")
                 yield MountSafeSelect(GUESSING_CHOICES, allow_blank=False, id="speculative", compact=True,
                                       value=s.speculative or "default")
+            with Horizontal(classes="form-row"):   # guesses where the text offers nothing to repeat
+                yield Label("Draft model", classes="form-label")
+                local = [m for m in self.models if not is_remote(m)]
+                yield Input(s.draft_model or "", placeholder="none (a smaller model with the same tokenizer)",
+                            id="draft_model", compact=True, suggester=SuggestFromList(local, case_sensitive=False))
             for name, label, _ in NUMBER_FIELDS:
                 with Horizontal(classes="form-row"):
                     yield Label(label, classes="form-label")
@@ -144,8 +164,10 @@ class SessionSettingsScreen(ModalScreen[SessionSettings | None]):
                            adapter=self.query_one("#adapter", Input).value.strip() or None,
                            system_prompt=self.query_one("#system_prompt", TextArea).text.strip(),
                            chat_template=self.chat_template_choice(), thinking=self.thinking_choice(),
-                           speculative=self.speculative_choice(), **values)
+                           speculative=self.speculative_choice(),
+                           draft_model=self.query_one("#draft_model", Input).value.strip() or None, **values)
         check_adapter(settings.adapter, settings.model, self.adapters)
+        check_draft(settings.draft_model, settings.model, settings.speculative, self.data_path)
         SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
                        top_k=settings.top_k, min_p=settings.min_p, seed=settings.seed).validate()
         return settings
