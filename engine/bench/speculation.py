@@ -5,13 +5,20 @@ verification; and the first workload at N sessions, aggregate. Workloads:
 - code-edit: the prompt holds a ~70-line module; the reply is the module with one change (guesses hold most)
 - quote: the reply quotes its context in part (a passage, then "quote the sentences about ...")
 - chat: free writing, nothing to repeat (guessing must not cost)
+
+With `llama_server` (a path to llama.cpp's llama-server), the same workloads on the same GGUF file through that
+server, plain and with its draft-free modes, after llmchat's figures (engine/bench/llama_server.py).
 """
 from __future__ import annotations
 
 import gc
 
+import torch
+
 from ..llm import LLM
+from ..model_loader import gguf_source
 from ..sampling_params import SamplingParams
+from . import llama_cpp, llama_server as server_anchor
 
 MODULE = '''import json
 from dataclasses import dataclass, field
@@ -111,11 +118,19 @@ def _aggregate(llm: LLM, chat, sessions: int, new_tokens: int) -> float:
 
 
 def run(model_path, workloads=tuple(WORKLOADS), sessions=(1, 16), new_tokens: int = 256, mode: str = "auto",
-        **engine_kwargs) -> dict:
-    """Speculation `mode` ("auto" or "ngram") against "off", workload by workload."""
+        llama_server=None, **engine_kwargs) -> dict:
+    """Speculation `mode` ("auto" or "ngram") against "off", workload by workload; llama_server: also that
+    llama.cpp server binary's figures on the same GGUF file."""
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}")
+    gguf = gguf_source(model_path)
+    if llama_server is not None:   # before minutes of measuring: a wrong path or a non-GGUF model fails at once
+        llama_server = server_anchor.check_binary(llama_server)
+        try:
+            llama_cpp.check_gguf(str(model_path), gguf)
+        except llama_cpp.LlamaBenchError as exc:
+            raise server_anchor.LlamaServerError(str(exc).replace("--llama-bench", "--llama-server")) from None
     many = max(sessions)
     figures: dict = {w: {} for w in workloads}
     for side in ("off", mode):
@@ -141,8 +156,39 @@ def run(model_path, workloads=tuple(WORKLOADS), sessions=(1, 16), new_tokens: in
         key = f"aggregate_tok_s_{many}"
         if key in on:
             figures[w][f"speedup_{many}"] = on[key] / off[key]
-    return {"model": str(model_path), "mode": mode, "new_tokens": new_tokens, "sessions": many,
-            "figures": figures}
+    result = {"model": str(model_path), "mode": mode, "new_tokens": new_tokens, "sessions": many, "figures": figures}
+    if llama_server is not None:
+        threads = engine_kwargs.get("num_threads") or torch.get_num_threads()
+        try:
+            result["llama_server"] = server_anchor.run(llama_server, gguf, threads,
+                                                       {w: WORKLOADS[w] for w in workloads}, new_tokens)
+        except server_anchor.LlamaServerError as exc:
+            result["llama_server"] = {"error": str(exc)}
+    return result
+
+
+def _llama_server_lines(r: dict) -> list[str]:
+    """llama-server's decode tok/s per workload and mode, and llmchat's speculating figure against its best
+    draft-free mode."""
+    anchor, mode = r["llama_server"], r["mode"]
+    if "error" in anchor:
+        return [f"llama-server: {anchor['error']}"]
+    specs = list(anchor["figures"])
+    guessing = [s for s in specs if s != "none"]
+    lines = [f"llama-server, same file, {anchor['threads']} threads, one request at a time (decode tok/s; guesses "
+             "held; same text as plain):",
+             f"{'workload':<12}" + "".join(f"{s:>22}" for s in specs) + f"{'llmchat ' + mode + ' / best':>22}"]
+    for w, f in r["figures"].items():
+        if w == "engine":
+            continue
+        cells = []
+        for s in specs:
+            a = anchor["figures"][s][w]
+            held = f" {a['accepted']}/{a['drafted']}" if a["drafted"] else ""
+            cells.append(f"{a['decode_tok_s']:.1f}{held}{'' if a['same_text'] else ' (differs)'}")
+        best = max(anchor["figures"][s][w]["decode_tok_s"] for s in guessing or specs)
+        lines.append(f"{w:<12}" + "".join(f"{c:>22}" for c in cells) + f"{f[mode]['decode_tok_s_1'] / best:>21.2f}x")
+    return lines
 
 
 def format_report(r: dict) -> str:
@@ -166,4 +212,6 @@ def format_report(r: dict) -> str:
     if e.get("acceptance_rate") is not None:
         lines.append(f"acceptance {e['acceptance_rate']:.0%}, {e['tokens_per_verification']:.2f} tokens per "
                      "verification (whole run)")
+    if "llama_server" in r:
+        lines += _llama_server_lines(r)
     return "\n".join(lines)

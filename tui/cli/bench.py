@@ -53,6 +53,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--workload", nargs="+", choices=["code-edit", "quote", "chat"], default=None,
                    help="speculative decoding: each workload's decode with --speculative (auto unless given) vs off, "
                         "one session, and the first workload at the largest of --sessions (engine/bench/speculation.py)")
+    p.add_argument("--llama-server", metavar="PATH", default=None,
+                   help="with --workload: llama.cpp's llama-server binary, run on the same GGUF file and workloads, "
+                        "plain and with its draft-free --spec-type modes, beside llmchat's figures")
     p.add_argument("--restart", action="store_true",
                    help="a chat of --prefix tokens reopened after a restart: time to first token with the KV disk "
                         "tier vs computed, and decode speed while it writes (engine/bench/restart.py)")
@@ -76,13 +79,16 @@ def run(args: argparse.Namespace) -> int:
         if other:
             raise ValueError(f"--llama-bench goes with the plain bench (decode, prefill), not with {other[0]}")
         check_binary(args.llama_bench)   # before the model is resolved and loaded
+    if args.llama_server and not args.workload:
+        raise ValueError("--llama-server goes with --workload (the speculation benchmark)")
     with guessing_environment(args):   # every engine this benchmark builds, a server's too
         name, kwargs = benchmark(args)
         # imported when run: a benchmark loads torch and the engine, which `llmchat --help` should not wait for
         bench = importlib.import_module(f"llmchat.engine.bench.{name}")
         result = bench.run(resolve_model(args.model), **kwargs)
     print(json.dumps(result, indent=2) if args.json else bench.format_report(result))
-    return 1 if "error" in result.get("llama_bench", {}) else 0   # llmchat's figures printed, the anchor failed
+    anchor_failed = "error" in result.get("llama_bench", {}) or "error" in result.get("llama_server", {})
+    return 1 if anchor_failed else 0   # llmchat's figures printed, the anchor failed
 
 
 def benchmark(args: argparse.Namespace) -> tuple[str, dict]:
@@ -101,7 +107,7 @@ def benchmark(args: argparse.Namespace) -> tuple[str, dict]:
         if args.speculative == "off":
             raise ValueError("--workload compares speculation with none: give --speculative auto or ngram")
         return "speculation", dict(workloads=args.workload, sessions=[1, max(args.sessions)], new_tokens=args.tokens,
-                                   mode=args.speculative or "auto", **engine)
+                                   mode=args.speculative or "auto", llama_server=args.llama_server, **engine)
     if args.json_schema:
         return "structured", dict(schema=read_schema(args.json_schema), sessions=[1, max(args.sessions)],
                                   new_tokens=args.tokens, **engine)
