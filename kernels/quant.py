@@ -44,6 +44,7 @@ BLOCK = 32
 TILE_ROWS = 16  # weight rows per group of the tile layout
 NIBBLE_KINDS = ("q4", "q5", "q6")  # values as nibbles [N, K/2]
 HALVES_KINDS = ("q8h", "q6")       # a scale per 16 elements
+SIX_BIT_FACTOR_KINDS = ("q4", "q5")  # K-quants whose sc and m are 6 bits, in the file and the compact tile layout
 _EMPTY_I32 = torch.empty(0, dtype=torch.int32)
 _EMPTY_F32 = torch.empty(0, dtype=torch.float32)
 
@@ -132,7 +133,9 @@ class QuantWeight:
             high = words.contiguous().view(torch.int32).view(self.high.shape)
         scales, mins = _group_major(self.scales), _group_major(self.mins)
         if self._compacts(compact):
-            scales, mins = (None if t is None else _compact_group_major(t, self.k // 256) for t in self.packed_factors)
+            six = self.kind in SIX_BIT_FACTOR_KINDS
+            scales, mins = (None if t is None else _compact_group_major(t, self.k // 256, six)
+                            for t in self.packed_factors)
         return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, True,
                            wide_activations=wide_q8 and self.kind == "q8" and _wide_q8())
 
@@ -141,7 +144,14 @@ class QuantWeight:
         (its compact factors where the tiled copy takes them)."""
         if not self._compacts(compact):
             return self.present()
-        return [t for t in (self.values, *self.packed_factors, self.high) if t is not None]
+        return [t for t in (self.values, *map(self._compact_slot, self.packed_factors), self.high) if t is not None]
+
+    def _compact_slot(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        """A view of the first bytes of row-order compact factors, shaped as their tile layout (Q4_K/Q5_K's
+        integers shrink to 6 bits there)."""
+        if t is None or self.kind not in SIX_BIT_FACTOR_KINDS:
+            return t
+        return t.view(-1)[:self.n * 8 * (self.k // 256)].view(self.n, 8 * (self.k // 256))
 
     def tile_into(self, tensors: list[torch.Tensor], wide_q8: bool = True, compact: bool = True) -> QuantWeight:
         """tiled_copy() written into `tensors` (shaped as present_for_tiles()), which it then owns."""
@@ -158,7 +168,8 @@ class QuantWeight:
             return self.tile_into(self.present(), wide_q8, compact)
         own = {"values": self.values, "scales": self.scales, "mins": self.mins, "high": self.high}
         dst = []
-        for name, t in zip(("values", "scales", "mins", "high"), (self.values, *self.packed_factors, self.high)):
+        for name, t in zip(("values", "scales", "mins", "high"),
+                           (self.values, *map(self._compact_slot, self.packed_factors), self.high)):
             if t is not None:
                 dst.append(own[name] if name in ("values", "high") else
                            own[name].view(-1).view(torch.uint8)[:t.numel()].view(t.shape))
@@ -176,7 +187,9 @@ class QuantWeight:
         scales, mins, packed = _row_major(self.scales), _row_major(self.mins), None
         if self.compact:  # the fp32 factors of the row layout, and the compact ones to tile again
             subs = nb * (2 if self.kind in HALVES_KINDS else 1)
-            packed = tuple(None if t is None else _compact_row_major(t, self.k // 256) for t in (self.scales, self.mins))
+            six = self.kind in SIX_BIT_FACTOR_KINDS
+            packed = tuple(None if t is None else _compact_row_major(t, self.k // 256, six)
+                           for t in (self.scales, self.mins))
             scales = _expand_compact(packed[0], subs, signed=self.kind in HALVES_KINDS)
             mins = None if packed[1] is None else _expand_compact(packed[1], nb, signed=False)
         if self.kind in ("q8", "q8h"):
@@ -329,21 +342,50 @@ def _row_major(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.view(-1, t.shape[1], TILE_ROWS).transpose(1, 2).contiguous().view(t.shape)
 
 
-def _compact_group_major(t: torch.Tensor, supers: int) -> torch.Tensor:
+def _compact_group_major(t: torch.Tensor, supers: int, six_bit: bool = False) -> torch.Tensor:
     """Compact factors uint8 [N, S + 2 supers], row order -> the tile layout's: per group of 16 rows, the
-    integers [S][16], then the fp16 super-factors [supers][16] (quant_tiles.h). Same shape."""
+    integers [S][16] (six_bit: packed in 6 bits, [N, 8 supers] in all), then the fp16 super-factors
+    [supers][16] (quant_tiles.h)."""
     n, subs = t.shape[0], t.shape[1] - 2 * supers
-    ints = _group_major(t[:, :subs].contiguous()).view(n // TILE_ROWS, -1)
-    supers_ = _group_major(t[:, subs:].contiguous().view(torch.float16)).view(torch.uint8).view(n // TILE_ROWS, -1)
-    return torch.cat([ints, supers_], dim=1).view(t.shape)
+    groups = n // TILE_ROWS
+    if six_bit:
+        ints = _pack_six_bits(t[:, :subs].reshape(groups, TILE_ROWS, supers, 8)).view(groups, -1)
+    else:
+        ints = _group_major(t[:, :subs].contiguous()).view(groups, -1)
+    supers_ = _group_major(t[:, subs:].contiguous().view(torch.float16)).view(torch.uint8).view(groups, -1)
+    return torch.cat([ints, supers_], dim=1).view(n, -1)
 
 
-def _compact_row_major(t: torch.Tensor, supers: int) -> torch.Tensor:
-    n, subs = t.shape[0], t.shape[1] - 2 * supers
+def _compact_row_major(t: torch.Tensor, supers: int, six_bit: bool = False) -> torch.Tensor:
+    """The inverse of _compact_group_major: row-order [N, S + 2 supers]."""
+    n = t.shape[0]
+    subs = 8 * supers if six_bit else t.shape[1] - 2 * supers
     per_group = t.view(n // TILE_ROWS, -1)
-    ints = _row_major(per_group[:, :TILE_ROWS * subs].reshape(n, subs))
-    halves = per_group[:, TILE_ROWS * subs:].contiguous().view(torch.float16).reshape(n, supers)
+    int_bytes = per_group.shape[1] - 2 * TILE_ROWS * supers
+    if six_bit:
+        ints = _unpack_six_bits(per_group[:, :int_bytes], supers).reshape(n, subs)
+    else:
+        ints = _row_major(per_group[:, :int_bytes].reshape(n, subs))
+    halves = per_group[:, int_bytes:].contiguous().view(torch.float16).reshape(n, supers)
     return torch.cat([ints, _row_major(halves).view(torch.uint8)], dim=1)
+
+
+def _pack_six_bits(ints: torch.Tensor) -> torch.Tensor:
+    """u6 integers [groups, 16 rows, supers, 8] -> per super-block [4][16] bytes of nibble pairs (j, j + 4),
+    then [2][16] bytes of four 2-bit high parts each (j = 4h + i at bits 2i): quant_tiles.h's u6 order."""
+    x = ints.to(torch.int32).permute(0, 2, 3, 1)                      # [g, super, j, row]
+    low = (x[:, :, :4] & 15) | (x[:, :, 4:] & 15) << 4
+    high = (x >> 4 & 3).view(*x.shape[:2], 2, 4, TILE_ROWS)
+    high = sum(high[:, :, :, i] << 2 * i for i in range(4))
+    return torch.cat([low, high], dim=2).to(torch.uint8)
+
+
+def _unpack_six_bits(packed: torch.Tensor, supers: int) -> torch.Tensor:
+    """The inverse of _pack_six_bits: [groups, 16 rows, supers, 8] uint8."""
+    x = packed.reshape(packed.shape[0], supers, 6, TILE_ROWS).to(torch.int32)
+    low = torch.cat([x[:, :, :4] & 15, x[:, :, :4] >> 4], dim=2)   # [g, super, j, row]
+    high = torch.stack([x[:, :, 4:] >> 2 * i & 3 for i in range(4)], dim=3).reshape(low.shape)
+    return (low | high << 4).permute(0, 3, 1, 2).to(torch.uint8)
 
 
 def _expand_compact(t: torch.Tensor, subs: int, signed: bool) -> torch.Tensor:

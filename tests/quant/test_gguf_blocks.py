@@ -79,9 +79,9 @@ def test_unsupported_and_malformed_tensors_are_named():
 
 # x86's tile layout runs K-quants on the file's factors (small integers, one fp16 per 256): the same numbers
 # as the fp32 factors of the layout without them (compact=False, the oracle), so the same bits everywhere.
-# bytes held : the file's (Q4_K: 8-bit sc and m where the file has 6 bits, 148 bytes a super-block for 144;
-# Q6_K in its own 6 bits: the file's 210 bytes exactly)
-COMPACT_BOUND = {"Q4_K": (148, 144), "Q5_K": (180, 176), "Q6_K": (210, 210) if holds_q6() else (8.6, 6.5625)}
+# bytes held : the file's, exactly (Q4_K/Q5_K's sc and m in their 6 bits: 144 and 176 bytes a super-block;
+# Q6_K in its own 6 bits: 210)
+COMPACT_BOUND = {"Q4_K": (144, 144), "Q5_K": (176, 176), "Q6_K": (210, 210) if holds_q6() else (8.6, 6.5625)}
 
 
 @pytest.mark.skipif(not K.tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI)")

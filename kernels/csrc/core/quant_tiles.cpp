@@ -47,8 +47,8 @@ struct Acts {
 };
 
 // How a weight's per-block factors are stored (quant_tiles.h): fp32, fp16, or compact (K-quants: a small
-// integer per sub-block, u8 or i8, times one fp16 per 256 elements).
-enum Factors : int { kF32 = 0, kF16 = 1, kCompactU8 = 2, kCompactI8 = 3 };
+// integer per sub-block, i8, or u6 packed as the file's 6 bits, times one fp16 per 256 elements).
+enum Factors : int { kF32 = 0, kF16 = 1, kCompactU6 = 2, kCompactI8 = 3 };
 
 // 16 rows' factors of sub-block s of group g, for `subs` sub-blocks and `supers` super-blocks (K/256) a row.
 // Compact: float(int) * float(fp16) is exact (at most 19 significant bits), the fp32 factor the file means.
@@ -58,10 +58,21 @@ inline __m512 factors16(const void* p, int64_t g, int64_t s, int64_t subs, int64
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + (g * subs + s) * kTileRows)));
   } else if constexpr (F == kF32) {
     return _mm512_loadu_ps(static_cast<const float*>(p) + (g * subs + s) * kTileRows);
+  } else if constexpr (F == kCompactU6) {  // 8 sub-blocks a super-block: 4 nibble rows, then 2 rows of 2-bit pairs
+    const uint8_t* group = static_cast<const uint8_t*>(p) + g * kTileRows * 8 * supers;
+    const int64_t super = s / 8, j = s % 8;
+    const uint8_t* ints = group + super * kCompact6Bytes;
+    __m128i low = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ints + kTileRows * (j % 4)));
+    __m128i high = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ints + 4 * kTileRows + kTileRows * (j / 4)));
+    low = _mm_and_si128(_mm_srl_epi16(low, _mm_cvtsi32_si128(int(4 * (j / 4)))), _mm_set1_epi8(0x0F));
+    high = _mm_and_si128(_mm_srl_epi16(high, _mm_cvtsi32_si128(int(2 * (j % 4)))), _mm_set1_epi8(0x03));
+    const __m512i wide = _mm512_cvtepu8_epi32(_mm_or_si128(low, _mm_slli_epi16(high, 4)));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + supers * kCompact6Bytes + super * 2 * kTileRows)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(wide), d);
   } else {
     const uint8_t* group = static_cast<const uint8_t*>(p) + g * kTileRows * (subs + 2 * supers);
     const __m128i ints = _mm_loadu_si128(reinterpret_cast<const __m128i*>(group + s * kTileRows));
-    const __m512i wide = F == kCompactI8 ? _mm512_cvtepi8_epi32(ints) : _mm512_cvtepu8_epi32(ints);
+    const __m512i wide = _mm512_cvtepi8_epi32(ints);
     const int64_t super = s / (subs / supers);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + subs * kTileRows + super * 2 * kTileRows)));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(wide), d);
@@ -522,10 +533,10 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
       return compact ? run<QuantKind::Q8Halves, kCompactI8>(a, x, rt)
              : half  ? run<QuantKind::Q8Halves, kF16>(a, x, rt) : run<QuantKind::Q8Halves, kF32>(a, x, rt);
     case QuantKind::Q4:
-      return compact ? run<QuantKind::Q4, kCompactU8>(a, x, rt)
+      return compact ? run<QuantKind::Q4, kCompactU6>(a, x, rt)
              : half  ? run<QuantKind::Q4, kF16>(a, x, rt) : run<QuantKind::Q4, kF32>(a, x, rt);
     case QuantKind::Q5:
-      return compact ? run<QuantKind::Q5, kCompactU8>(a, x, rt)
+      return compact ? run<QuantKind::Q5, kCompactU6>(a, x, rt)
              : half  ? run<QuantKind::Q5, kF16>(a, x, rt) : run<QuantKind::Q5, kF32>(a, x, rt);
     case QuantKind::Q6:
       return compact ? run<QuantKind::Q6, kCompactI8>(a, x, rt)
@@ -554,6 +565,16 @@ void quant_tiles_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_
   const int64_t supers = K / 256;
   // factor of row n, sub-block s of group g, `subs` sub-blocks a row (the layout of quant_tiles.h)
   auto factor = [&](const void* p, int64_t g, int64_t s, int64_t subs, int64_t n) {
+    if (w.compact_factors && !signed_factors) {  // u6 (quant_tiles.h)
+      const uint8_t* group = static_cast<const uint8_t*>(p) + g * kTileRows * 8 * supers;
+      const int64_t super = s / 8, j = s % 8;
+      const uint8_t* ints = group + super * kCompact6Bytes;
+      const int low = ints[kTileRows * (j % 4) + n] >> (4 * (j / 4)) & 15;
+      const int high = ints[4 * kTileRows + kTileRows * (j / 4) + n] >> (2 * (j % 4)) & 3;
+      uint16_t bits;
+      std::memcpy(&bits, group + supers * kCompact6Bytes + (super * kTileRows + n) * 2, 2);
+      return float(low | high << 4) * to_float(fp16_t{bits});
+    }
     if (w.compact_factors) {
       const uint8_t* group = static_cast<const uint8_t*>(p) + g * kTileRows * (subs + 2 * supers);
       const uint8_t raw = group[s * kTileRows + n];

@@ -8,9 +8,12 @@
 //     (one AND and one shift give B rows r and r + 4)
 //   Q5 high bits: 8 uint64 a block, word r bit 4n+j = bit 4 of element 4r+j of row n (a byte mask of B row r)
 //   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout;
-//     or compact (K-quants, uint8 tensors [N, S + 2 K/256], S sub-blocks a row): per group the integers
-//     [S][16] (Q4_K/Q5_K sc and m, u8; Q6_K sc, i8), then fp16 super-factors [K/256][16] (d; -dmin for mins):
-//     factor = float(integer) * float(fp16), exactly the fp32 factor (11 x 8 significant bits), in registers
+//     or compact (K-quants, uint8 tensors): per group the integers, then fp16 super-factors [K/256][16] (d;
+//     -dmin for mins): factor = float(integer) * float(fp16), exactly the fp32 factor, in registers. Q6_K's sc
+//     are i8 [S][16] ([N, S + 2 K/256], S sub-blocks a row); Q4_K/Q5_K's sc and m keep the file's 6 bits
+//     ([N, 8 K/256]): per super-block of 8 sub-blocks j, 96 bytes: [4][16] bytes whose low nibble holds bits
+//     0-3 of j and high nibble bits 0-3 of j + 4 (j < 4), then [2][16] bytes holding bits 4-5 of j = 4h + i at
+//     bits 2i, 2i + 1 of row h
 // Every output (token m, row n) is computed as:
 //   isum(b)  = sum_j u[n, 32b+j] * q[m, 32b+j] - offset * sum_j q[m, 32b+j], exact in int32: u the weight as
 //              stored (0..15, 0..31, or w + 128), offset 128 for the 8-bit kinds, -min_offset for the 4/5-bit
@@ -34,6 +37,7 @@
 namespace llmchat {
 
 inline constexpr int kTileRows = 16;  // weight rows per group of the tiled layout
+inline constexpr int kCompact6Bytes = 6 * kTileRows;  // 8 u6 integers of 16 rows: a super-block's sc (or m)
 
 bool quant_tiles_compiled();     // this build has the tiled path (AVX512-VNNI + BW + VL)
 const char* quant_tiles_isa();   // "avx512+vnni", "avx512+vnni+amx" where tiles are granted, "" when not compiled

@@ -45,7 +45,9 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
   LLMCHAT_CHECK(!w.compact_factors || (w.tiled && quant_tiles_compiled() && w.kind != QuantKind::Q8 && w.k % 256 == 0),
                 op, "compact (uint8) factors are for K-quant weights (K % 256 == 0) in the x86 tile layout");
   const int64_t subs = w.kind == QuantKind::Q8Halves || w.kind == QuantKind::Q6 ? 2 * nb : nb;
-  check_shape(op, scales, "scales", {w.n, w.compact_factors ? subs + 2 * (w.k / 256) : subs});
+  // compact: Q4_K/Q5_K's integers in 6 bits (8 bytes a row per 256 with the fp16), Q6_K's in 8 (quant_tiles.h)
+  const int64_t compact_cols = nibbles ? 8 * (w.k / 256) : subs + 2 * (w.k / 256);
+  check_shape(op, scales, "scales", {w.n, w.compact_factors ? compact_cols : subs});
   w.values = values.data_ptr(), w.scales = scales.data_ptr();
   if (w.kind == QuantKind::Q5 || w.kind == QuantKind::Q6) {
     check_cpu(op, high, "high");
@@ -59,7 +61,7 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
     check_cpu(op, mins, "mins");
     check_contiguous(op, mins, "mins");
     check_dtype(op, mins, "mins", scales.scalar_type());
-    check_shape(op, mins, "mins", {w.n, w.compact_factors ? nb + 2 * (w.k / 256) : nb});
+    check_shape(op, mins, "mins", {w.n, w.compact_factors ? compact_cols : nb});
     w.mins = mins.data_ptr();
   }
   const int64_t m = min_offset < 0 ? -min_offset : min_offset;
