@@ -247,7 +247,9 @@ class LLMEngine:
         for seq in running:
             seq.draft = []
         decoding = [s for s in running if s.is_decoding]
-        crowded = len(decoding) > AUTO_MAX_DECODES
+        # counted with those still prefilling or waiting: their rows fill the step too, and the first few to
+        # decode in a burst of requests would otherwise guess while the batch is already compute-bound
+        crowded = len(running) + len(self.scheduler.waiting) > AUTO_MAX_DECODES
         for_draft: list[tuple[Sequence, int]] = []   # no n-gram to look up: the draft model guesses, if any
         for seq in decoding:
             mode = seq.params.speculative or self.config.speculative   # a request's own switch wins

@@ -24,8 +24,8 @@ MAX_GUESS = 15             # with the newest token, one 16-row tile of the quant
 PAYING = 0.5               # guesses held per verification (a running mean) below which guessing pauses: a
                            # verification step costs about two plain ones on a quantized model here
 PAUSE_STEPS = 16           # decode steps without guessing after that
-AUTO_MAX_DECODES = 4       # "auto": guess while at most this many sequences decode (past that the batch is
-                           # compute-bound here and extra rows cost about what they save)
+AUTO_MAX_DECODES = 4       # "auto": guess while at most this many sequences run or wait (past that the batch
+                           # is compute-bound here and extra rows cost about what they save)
 
 
 class NgramIndex:

@@ -3,7 +3,7 @@
 verification; and the first workload at N sessions, aggregate. Workloads:
 
 - code-edit: the prompt holds a ~70-line module; the reply is the module with one change (guesses hold most)
-- quote: the reply quotes its context in part (a passage, then "quote the sentences about ...")
+- quote: the reply quotes its context in part (a passage, then "summarize it, quoting its own words")
 - chat: free writing, nothing to repeat (guessing must not cost)
 
 With `llama_server` (a path to llama.cpp's llama-server), the same workloads on the same GGUF file through that
@@ -92,8 +92,9 @@ PASSAGE = ("The lighthouse stood on the northern cape for two hundred years. Its
 WORKLOADS = {
     "code-edit": [{"role": "user", "content": "Rename the method `report` to `summary` everywhere in this module "
                                               "and return the whole module, nothing else:\n\n" + MODULE}],
-    "quote": [{"role": "user", "content": PASSAGE + "\n\nQuote, word for word, every sentence of this passage "
-                                                   "that mentions a year, one per line."}],
+    # (asked to quote the sentences with a year, a 1.5B coder model answered with the bare years: nothing quoted)
+    "quote": [{"role": "user", "content": "Here is a passage:\n\n" + PASSAGE + "\n\nSummarize it in three "
+                                          "sentences, quoting its own words where you can."}],
     "chat": [{"role": "user", "content": "Write a short story about a clockmaker who builds a clock that runs "
                                          "backwards, in about 200 words."}],
 }

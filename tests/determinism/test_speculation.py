@@ -133,6 +133,21 @@ def test_a_request_switches_its_own_guessing(tiny_model_dir, engine_mode):
     assert outs[0].token_ids == outs[1].token_ids == outs[2].token_ids
 
 
+def test_auto_guesses_for_a_few_sequences_and_not_in_a_crowd(tiny_model_dir):
+    """auto guesses while at most AUTO_MAX_DECODES sequences are in the engine, running or waiting: with two
+    running at a time and four more waiting, the two that run first do not guess (the waiting ones' prefills
+    would share their steps), whereas two alone do; the tokens are the same."""
+    from llmchat.engine.speculation import AUTO_MAX_DECODES
+    llm, _ = make_llm(tiny_model_dir("llama"), "float32", speculative="auto", max_num_seqs=2)
+    p = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    alone = llm.generate([LOOP * 4] * 2, p)
+    crowd = llm.generate([LOOP * 4] * (AUTO_MAX_DECODES + 2), p)
+    assert all(o.metrics.num_guessed_tokens > 0 for o in alone)
+    first_done = sorted(crowd, key=lambda o: o.metrics.finish_time)[:2]
+    assert [o.metrics.num_guessed_tokens for o in first_done] == [0, 0]
+    assert all(o.token_ids == alone[0].token_ids for o in alone + crowd)
+
+
 def test_an_unknown_guessing_mode_is_refused():
     with pytest.raises(ValueError, match="speculative must be auto, ngram or off"):
         SamplingParams(speculative="always").validate()
