@@ -48,6 +48,13 @@ def tiny_gguf(tmp_path_factory, tiny_source):
 
 
 @pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """A library and Hub cache of the test's own: where the CLI registers the GGUF a command is given."""
+    monkeypatch.setenv("LLMCHAT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+
+@pytest.fixture
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     return ModelStore(tmp_path / "data")

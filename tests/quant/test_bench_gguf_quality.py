@@ -13,13 +13,6 @@ from llmchat.tui.cli import main
 ARCHS = ("granite", "smollm3", "gemma3", "phi3")
 
 
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    """Where the CLI registers the GGUF it benches."""
-    monkeypatch.setenv("LLMCHAT_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-
-
 def bench_quality(capsys, gguf) -> dict:
     code = main(["bench", str(gguf), "--dtype", "float32", "--sessions", "2", "--tokens", "4", "--prefix", "40",
                  "--kv-cache-gb", "0.05", "--threads", "1", "--no-baseline", "--json"])

@@ -105,12 +105,6 @@ def fake_llama_bench(tmp_path: Path, mode: str = "ok") -> tuple[Path, Path]:
     return path, log
 
 
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLMCHAT_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-
-
 BENCH = ["--dtype", "float32", "--sessions", "1", "--tokens", "4", "--prefix", "40", "--kv-cache-gb", "0.05",
          "--threads", "1", "--no-baseline", "--bandwidth-mib", "64"]
 

@@ -78,12 +78,6 @@ def fake_llama_server(tmp_path: Path, mode: str = "ok") -> tuple[Path, Path]:
     return path, log
 
 
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLMCHAT_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-
-
 # the tiny model's 512-token context holds the chat workload only
 BENCH = ["--dtype", "float32", "--sessions", "1", "--tokens", "6", "--kv-cache-gb", "0.05", "--threads", "1",
          "--workload", "chat"]
