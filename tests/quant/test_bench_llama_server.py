@@ -12,8 +12,6 @@ import stat
 import sys
 from pathlib import Path
 
-import pytest
-
 from llmchat.engine.bench import llama_server as anchor
 from llmchat.engine.bench import speculation
 from llmchat.tui.cli import main
