@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from slow_first import pytest_collection_modifyitems  # noqa: E402,F401  (the driver builds lead: slow_first.py)
 from tiny_models import make_model  # noqa: E402
 
 

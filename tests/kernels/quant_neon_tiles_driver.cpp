@@ -17,6 +17,9 @@
 
 #include "core/quant_tiles_neon.h"
 #include "driver_util.h"
+// last: the random inputs too are computed as written (gcc fuses `a + b * c` into an FMA at -O2 and clang at any
+// level, gcc -O1 does not), so every build and level tiles the same weights and the digests can agree
+#include "core/exact_float.h"
 
 using namespace llmchat;
 using namespace llmchat::test;
