@@ -50,9 +50,12 @@ async def test_a_draft_set_in_f3_is_saved_shown_and_there_after_a_restart(dirs, 
         assert app.db.load_sessions()[0].settings.draft_model == name
         # saving loads the model with its draft now, beside the model's own engine; the engine panel names it
         await wait_until(pilot, lambda: len(app.engines.loaded) == 2, what="the model loaded with its draft")
-        app.main_screen.poll_metrics()
-        shown = str(app.main_screen.query_one("#engine-models", Static).render())
-        assert shown == f"{long_model.name}, {long_model.name} · draft {draft_model.name}"
+
+        def shown() -> str:   # the panel as the next poll draws it (the load's own line goes once its task ends)
+            app.main_screen.poll_metrics()
+            return str(app.main_screen.query_one("#engine-models", Static).render())
+        want = f"{long_model.name}, {long_model.name} · draft {draft_model.name}"
+        await wait_until(pilot, lambda: shown() == want, what="the panel naming the draft")
 
     again = LlmChatApp(show_welcome=False)
     async with again.run_test(size=SIZE) as pilot:
