@@ -95,6 +95,8 @@ class MessageView(Vertical, can_focus=True):
         reasoning, text = self.parts()
         reasoning_changed = self.update_reasoning(reasoning)
         if text == self.shown or not self.query(".message-body"):
+            if text == self.shown and self.message.finish_reason is not None:
+                await self.end_stream()   # the reply is whole and shown
             return reasoning_changed
         body = self.query_one(".message-body", Markdown)
         if text.startswith(self.shown):
@@ -106,9 +108,16 @@ class MessageView(Vertical, can_focus=True):
         self.shown = text
         return True
 
+    async def end_stream(self) -> None:
+        """Stop the Markdown stream of a reply that ended. Left running until the app closes, its stop would
+        append into a Markdown being taken down, whose new children's tasks are then cancelled mid-prune
+        (a CancelledError out of the app's shutdown)."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.stop()
+
     async def on_unmount(self) -> None:
-        if self._stream is not None:
-            await self._stream.stop()
+        await self.end_stream()
 
     def action_copy_message(self) -> None:
         self.app.copy_to_clipboard(self.message.content)
