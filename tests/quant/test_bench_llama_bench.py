@@ -150,6 +150,7 @@ def test_llama_bench_runs_on_the_same_file_and_its_ratios_are_reported(data_dir,
 
 def test_a_missing_or_unusable_binary_is_one_message_before_the_model_loads(data_dir, tmp_path, tiny_gguf, capsys):
     gguf = tiny_gguf("qwen2", "q4_0")
+    capsys.readouterr()   # the tiny model's own progress lines, where this test is the first to build it
     not_executable = tmp_path / "llama-bench"
     not_executable.write_text("#!/bin/sh\n")
     for binary, says in ((tmp_path / "nowhere" / "llama-bench", "does not exist"), (tmp_path, "is a folder"),
