@@ -35,13 +35,20 @@ def human_bytes(n: float) -> str:
 
 
 class Tracker:
-    """Aggregates bytes over a whole pull and calls the progress callback (at most ~10 times/s)."""
+    """Aggregates bytes over a whole pull and calls the progress callback (at most ~10 times/s). Bytes that
+    arrive within the interval are reported at its end, from a timer: a connection that sends a burst and then
+    stalls still shows what it sent (without it, the burst waited for the next byte or the read timeout)."""
+
+    INTERVAL = 0.1
 
     def __init__(self, repo_id: str, num_files: int, total: int, done: int,
                  callback: Callable[[DownloadProgress], None] | None):
         self.repo_id, self.num_files, self.total, self.done = repo_id, num_files, total, done
         self.callback, self.filename, self.index = callback, "", 0
         self.start, self.start_done, self.last = time.monotonic(), done, 0.0
+        self.lock = threading.Lock()
+        self.timer: threading.Timer | None = None
+        self.closed = False
 
     def begin(self, filename: str, index: int) -> None:
         self.filename, self.index = filename, index
@@ -52,15 +59,43 @@ class Tracker:
         self.emit()
 
     def emit(self, force: bool = False, finished: bool = False) -> None:
-        now = time.monotonic()
-        if self.callback is None or (not force and not finished and now - self.last < 0.1):
+        if self.callback is None:
             return
-        self.last = now
-        elapsed = now - self.start
-        rate = (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
-        eta = (self.total - self.done) / rate if rate > 0 else None
-        self.callback(DownloadProgress(self.repo_id, self.filename, self.index, self.num_files, self.done,
-                                       self.total, rate, 0.0 if finished else eta, finished))
+        with self.lock:
+            if self.closed:
+                return
+            now = time.monotonic()
+            if not force and not finished and now - self.last < self.INTERVAL:
+                if self.timer is None:  # report these bytes at the interval's end unless more come first
+                    self.timer = threading.Timer(self.INTERVAL - (now - self.last), self._flush)
+                    self.timer.daemon = True
+                    self.timer.start()
+                return
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            self.last = now
+            self.closed = finished
+            elapsed = now - self.start
+            rate = (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
+            eta = (self.total - self.done) / rate if rate > 0 else None
+            # under the lock: reports arrive in order, whichever thread sends them
+            self.callback(DownloadProgress(self.repo_id, self.filename, self.index, self.num_files, self.done,
+                                           self.total, rate, 0.0 if finished else eta, finished))
+
+    def _flush(self) -> None:
+        try:
+            self.emit(force=True)
+        except Exception:  # noqa: BLE001 - a late report to a front end already gone: the pull is unaffected
+            pass
+
+    def close(self) -> None:
+        """No report after this (a pending one is dropped): the pull has finished, failed or been cancelled."""
+        with self.lock:
+            self.closed = True
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
 
 
 def verify(path: Path, expected_size: int | None, filename: str, sha256: str | None = None,
@@ -143,7 +178,6 @@ def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: l
     sizes = {n: (s.lfs.size if s.lfs else s.size) for n, s in siblings.items()}
     # huggingface_hub's download helpers (~0.3 s): when a download runs
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-    from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
     rdir = repo_dir(cache, repo_id)
     blobs = rdir / "blobs"
@@ -162,6 +196,25 @@ def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: l
                                  f"{human_bytes(free)} free in {cache}")
     blobs.mkdir(parents=True, exist_ok=True)
     tracker = Tracker(repo_id, len(files), total, total - need, progress)
+    try:
+        _fetch_all(cache, rdir, files, todo, metas, siblings, tracker, cancel, repo_id)
+        # Only now does the snapshot appear: huggingface_hub links the verified blobs (and writes refs/<rev>).
+        with hub_errors(repo_id, revision):
+            for name in files:
+                hf_hub_download(repo_id, name, revision=revision or "main", cache_dir=str(cache),
+                                endpoint=endpoint(), token=token(), etag_timeout=timeout())
+        tracker.emit(finished=True)
+    finally:
+        tracker.close()
+    return rdir / "snapshots" / commit
+
+
+def _fetch_all(cache: Path, rdir: Path, files: list[str], todo: list[str], metas: dict, siblings: dict,
+               tracker: Tracker, cancel: threading.Event | None, repo_id: str) -> None:
+    """Each blob not yet in the cache: fetched into its partial file, verified, renamed to its etag."""
+    from huggingface_hub.utils import WeakFileLock, build_hf_headers
+
+    blobs = rdir / "blobs"
     headers = build_hf_headers(token=token(), library_name="llmchat")
     headers["Accept-Encoding"] = "identity"
     for index, name in enumerate(files, 1):
@@ -190,10 +243,3 @@ def fetch_files(store, repo_id: str, revision: str | None, commit: str, files: l
                 partial.unlink(missing_ok=True)
                 raise CorruptDownloadError(f"{repo_id}: {exc}; the bad file was removed, run pull again") from None
             os.replace(partial, blobs / meta.etag)
-    # Only now does the snapshot appear: huggingface_hub links the verified blobs (and writes refs/<rev>).
-    with hub_errors(repo_id, revision):
-        for name in files:
-            hf_hub_download(repo_id, name, revision=revision or "main", cache_dir=str(cache),
-                            endpoint=endpoint(), token=token(), etag_timeout=timeout())
-    tracker.emit(finished=True)
-    return rdir / "snapshots" / commit

@@ -87,6 +87,30 @@ def test_cancel_keeps_partial_unlisted_then_resumes(store, hub, big_llama):
     assert (model.path / "model.safetensors").read_bytes() == (big_llama / "model.safetensors").read_bytes()
 
 
+def test_progress_reports_bytes_of_a_burst_while_the_connection_stalls(store, hub, big_llama):
+    # the hub sends the first 64 KiB of the weights and holds the rest: what arrived within the report
+    # interval of the file's start must still be reported, not wait for the next byte (or the read timeout)
+    hub.add(FakeRepo.from_folder("org/big", big_llama))
+    gate = hub.hold["model.safetensors"] = threading.Event()
+    reported, at_start = threading.Event(), []
+
+    def on_progress(p):
+        if p.filename == "model.safetensors":
+            at_start.append(p.done_bytes)   # the first report is the file's begin, before any of its bytes
+            if p.done_bytes > at_start[0]:
+                reported.set()
+
+    puller = threading.Thread(target=store.pull, args=("org/big",), kwargs={"progress": on_progress})
+    puller.start()
+    try:
+        assert reported.wait(timeout=20), "the held file's first bytes were never reported"
+        assert not gate.is_set()   # reported while the body was still held
+    finally:
+        gate.set()
+        puller.join()
+    assert store.resolve("org/big")
+
+
 def test_missing_repo_and_revision(store, hub, tiny_model_dir):
     with pytest.raises(RepoNotFoundError, match="not found"):
         store.pull("org/nope")
