@@ -64,6 +64,23 @@ def text_ids(llm) -> list[int]:
     return llm.tokenizer(TEXT)["input_ids"][:llm.engine.max_model_len]
 
 
+def reference_bytes(gguf: Path) -> int:
+    """Memory the fp32 reference takes at its peak: the dequantized state dict and the model built from it."""
+    return 2 * 4 * sum(t.n_elements for t in open_reader(gguf).tensors)
+
+
+def reference_fits(gguf: Path, free: int | None = None) -> tuple[bool, str]:
+    """Whether the fp32 reference fits in `free` bytes (default: the memory free now; a 7B model's reference
+    needs ~60 GB), and why not."""
+    import psutil
+
+    need = reference_bytes(gguf)
+    free = psutil.virtual_memory().available if free is None else free
+    if need <= free:
+        return True, ""
+    return False, f"its fp32 reference needs ~{need / 1e9:.0f} GB, {free / 1e9:.0f} GB free"
+
+
 def reference_logits(gguf: Path, folder: Path, ids: list[int]) -> torch.Tensor:
     """fp32 logits of the GGUF dequantized, in transformers (the quality reference). The weights come from the
     engine's own reader (gguf_export.dense_tensors), so every family the engine runs from a GGUF has one, also

@@ -230,6 +230,10 @@ def _weights_label(model, gguf, quantize) -> str:
 def _quantized_figures(result: dict, llm, gguf, folder, new_tokens: int, prompt_len: int, prefix_len: int,
                        llamacpp: bool) -> None:
     """Quality vs the fp32 dequantized model, and llama.cpp on the same file and prompts (ratios)."""
+    fits, why = gguf_quality.reference_fits(gguf)
+    if not fits:   # a big model: its speed is still measured, its quality is not
+        result["quality"] = {"error": f"not measured: {why}"}
+        return
     ids = gguf_quality.text_ids(llm)
     reference = gguf_quality.reference_logits(gguf, folder, ids)
     result["quality"] = gguf_quality.quality(llm, reference, ids)
@@ -293,7 +297,9 @@ def format_report(r: dict) -> str:
     if "decode_bytes_per_token" in r:
         lines.append(_roof_line(r))
     for who, q in (("llmchat", r.get("quality")), ("llama.cpp", (lc or {}).get("quality"))):
-        if q:
+        if q and "error" in q:
+            lines.append(f"quality vs fp32 dequantized ({who}): {q['error']}")
+        elif q:
             lines.append(f"quality vs fp32 dequantized ({who}, {q['positions']} positions): KL {q['kl_divergence']:.5f}, "
                          f"top-1 agreement {q['top1_agreement']:.1%}")
     m = r["memory_mb"]

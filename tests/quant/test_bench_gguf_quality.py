@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from llmchat.tui.cli import main
 
@@ -50,3 +51,23 @@ def test_q8_0_on_tiles_computes_what_its_weights_say(data_dir, capsys, tiny_gguf
     assert wide["kl_divergence"] < 1e-6 and wide["top1_agreement"] == 1.0, wide
     for eight_bit in (narrow, rows):
         assert eight_bit["kl_divergence"] > 100 * max(wide["kl_divergence"], 1e-9), (wide, eight_bit)
+
+
+def test_quality_reference_is_sized_before_it_is_built(data_dir, tiny_gguf):
+    """A model whose fp32 reference would not fit (a 7B needs ~60 GB) is benchmarked without its quality, told
+    why, not killed by the kernel's OOM killer: the estimate is the reference's own tensors, twice."""
+    from llmchat.engine.bench.gguf_quality import reference_bytes, reference_fits
+    from llmchat.engine.model_loader import read_config
+    from llmchat.engine.quant.gguf_export import dense_tensors
+    from llmchat.engine.quant.gguf_tensors import open_reader
+    from llmchat.tui.cli import main as cli
+
+    gguf = tiny_gguf("granite", "q4_0")
+    assert cli(["models", "import", str(gguf), "--name", "tiny-granite-q4"]) == 0
+    from llmchat.engine.store import ModelStore
+    state = dense_tensors(open_reader(gguf), read_config(ModelStore().resolve("tiny-granite-q4")), "granite",
+                          torch.float32)
+    assert reference_bytes(gguf) == 2 * sum(t.numel() * 4 for _name, t, _ in state)
+    assert reference_fits(gguf, free=reference_bytes(gguf)) == (True, "")
+    fits, why = reference_fits(gguf, free=reference_bytes(gguf) - 1)
+    assert not fits and "fp32 reference needs" in why and "GB free" in why
