@@ -35,11 +35,12 @@ def check_binary(binary) -> Path:
     return path
 
 
-def check_gguf(model: str, gguf: Path | None) -> Path:
-    """The model's GGUF file: llama-bench reads GGUF files only."""
+def check_gguf(model: str, gguf: Path | None, option: str = "--llama-bench",
+               error: type[Exception] = LlamaBenchError) -> Path:
+    """The model's GGUF file: llama.cpp's tools read GGUF files only. option: the flag that named the tool."""
     if gguf is None:
-        raise LlamaBenchError(f"--llama-bench needs a GGUF model (llama.cpp reads GGUF files only); {model} is a "
-                              "safetensors model: give its .gguf file or a model imported from one")
+        raise error(f"{option} needs a GGUF model (llama.cpp reads GGUF files only); {model} is a "
+                    "safetensors model: give its .gguf file or a model imported from one")
     return gguf
 
 

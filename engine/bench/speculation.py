@@ -128,10 +128,7 @@ def run(model_path, workloads=tuple(WORKLOADS), sessions=(1, 16), new_tokens: in
     gguf = gguf_source(model_path)
     if llama_server is not None:   # before minutes of measuring: a wrong path or a non-GGUF model fails at once
         llama_server = server_anchor.check_binary(llama_server)
-        try:
-            llama_cpp.check_gguf(str(model_path), gguf)
-        except llama_cpp.LlamaBenchError as exc:
-            raise server_anchor.LlamaServerError(str(exc).replace("--llama-bench", "--llama-server")) from None
+        llama_cpp.check_gguf(str(model_path), gguf, "--llama-server", server_anchor.LlamaServerError)
     many = max(sessions)
     figures: dict = {w: {} for w in workloads}
     for side in ("off", mode):
