@@ -1,6 +1,7 @@
 """Compare: one prompt to 2-4 models or model+adapter pairs with the same seed, replies streaming in columns."""
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from contextlib import aclosing
@@ -85,7 +86,14 @@ class CompareScreen(Screen):
         prompt.first(TextArea).focus()      # the first key starts the prompt
 
     async def frame_tick(self) -> None:
+        # shielded from its timer's cancel at shutdown: a Markdown update half-way would have its removed
+        # blocks' tasks cancelled (MainScreen.sync_chats)
+        await asyncio.shield(self.sync_columns())
+
+    async def sync_columns(self) -> None:
         for column in self.query(CompareColumn):
+            if not self.app.is_running:
+                return
             await column.sync()
 
     async def action_run(self) -> None:

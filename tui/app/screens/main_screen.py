@@ -8,6 +8,7 @@ engines, settings).
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -332,8 +333,14 @@ class MainScreen(Screen):
 
     async def frame_tick(self) -> None:
         if self.updating:
-            for view in self.query(ChatView):
-                await view.sync()
+            await asyncio.shield(self.sync_chats())
+
+    async def sync_chats(self) -> None:
+        """One frame of every chat view. Shielded from its timer (frame_tick): the app's shutdown stops the
+        timer with a cancel, which would reach a rebuild's removal half-way and cancel the removed message
+        views' own tasks (a CancelledError out of the app's shutdown)."""
+        for view in self.query(ChatView):
+            await view.sync()
 
     def poll_metrics(self) -> None:
         if self.updating:

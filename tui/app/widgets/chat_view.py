@@ -30,6 +30,8 @@ class ChatView(VerticalScroll):
     async def _show(self, session: ChatSession | None) -> None:
         self.session = session
         await self.remove_children()
+        if not self.app.is_running:     # the app closed meanwhile: a widget mounted now would never start
+            return
         if session is None:
             await self.mount(Static("No session. Press ctrl+n to start one.", classes="empty-hint"))
             return
@@ -59,10 +61,14 @@ class ChatView(VerticalScroll):
         changed = len(views) < len(messages)
         if changed:                              # appended: mount only the new ones
             await self.query(".empty-hint").remove()
+            if not self.app.is_running:
+                return
             new = [MessageView(m, self.label_for(m)) for m in messages[len(views):]]
             await self.mount_all(new)
             views += new
         for view in views[-2:]:           # only the newest messages change while streaming
+            if not self.app.is_running:
+                return
             changed |= await view.sync()
         if changed and at_end:
             self.anchor()
