@@ -391,9 +391,10 @@ int main() {
       }
   }
   if (quant_tiles_compiled()) {
-    // M around the tile sizes: VNNI only (< 16), one AMX tile (1 x 3 chunks) with a VNNI tail, two and more
-    // (2 x 2 chunks, an odd last tile); N with odd group counts (the chunks' tails).
-    const int64_t tms[] = {1, 3, 16, 21, 32, 47, 80};
+    // M around the tile sizes: VNNI only (< 16), a lone AMX tile padded with zero tokens (10, 13: each kind pads
+    // from its own count of tail tokens), one AMX tile (1 x 3 chunks) with a VNNI tail, two and more (2 x 2
+    // chunks, an odd last tile, padded or not); N with odd group counts (the chunks' tails).
+    const int64_t tms[] = {1, 3, 10, 13, 16, 21, 32, 47, 80};
     const int64_t tns[] = {16, 48, 80, 32};
     int j = 0;
     for (QuantKind kind : kinds) {

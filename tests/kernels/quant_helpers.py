@@ -34,14 +34,16 @@ def random_weight(kind: str, n: int, k: int, seed: int = 0, mins: bool = True, f
 
 
 def assert_rows_keep_their_bits(w: QuantWeight) -> None:
-    """Rows of x @ w (k = 352) have the same bits in a 1-row decode, a 7-row batch, a 16-row tile, a 17- and a
-    40-row step and a 64-row prefill, at one thread and at torch's count, whatever rows come before them: the
-    paths and tile shapes the batch size picks must not change a row."""
+    """Rows of x @ w (k = 352) have the same bits in a 1-row decode, a 7-row batch, a 13-row one (where AMX is
+    granted: one tile padded with zero tokens), a 16-row tile, a 17-, a 29- and a 40-row step and a 64-row prefill,
+    at one thread and at torch's count, whatever rows come before them: the paths and tile shapes the batch size
+    picks must not change a row."""
     x = torch.randn(300, 352, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     full = K.quant_linear(x, w)
     threads = torch.get_num_threads()
     try:
-        for m, nthreads in [(1, 1), (7, threads), (16, 1), (17, threads), (40, 1), (64, threads)]:
+        for m, nthreads in [(1, 1), (7, threads), (13, 1), (16, 1), (17, threads), (29, threads), (40, 1),
+                            (64, threads)]:
             torch.set_num_threads(nthreads)
             for start in (0, 5, 233):
                 assert torch.equal(K.quant_linear(x[start:start + m], w), full[start:start + m]), (m, nthreads, start)

@@ -153,6 +153,7 @@ struct Store {
   const QuantLinearArgs& a;
 
   void operator()(int64_t g, int64_t m, __m512 acc) const {
+    if (m >= a.m) return;  // a padding token of the last AMX tile (amx_tokens)
     const int size = dtype_size(a.dtype);
     if (a.bias) acc = _mm512_add_ps(acc, load16(a.dtype, static_cast<const char*>(a.bias) + g * kTileRows * size));
     store16(a.dtype, static_cast<char*>(a.out) + (m * a.out_stride + g * kTileRows) * size, acc);
@@ -416,15 +417,37 @@ void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1,
 }
 #endif
 
+// Tokens past the last whole tile from which one AMX tile padded with zero tokens costs less than their VNNI dots
+// (a [8960, 1536] weight, 2 threads, a Xeon with AMX: a tile of Q4_K costs 0.55 ms, 6 tokens' dots 0.51, 7 0.65,
+// 15 1.28; Q5_K's tile pays from 7 tokens, Q4_0's and Q8_0's from 10, Q6_K's from 13). Speculation's verification
+// rows and a few sessions' decode land there.
+int64_t amx_pad_from(const QuantLinearArgs& a) {
+  switch (a.w.kind) {
+    case QuantKind::Q4: return a.w.mins != nullptr ? 7 : 10;
+    case QuantKind::Q5: return 7;
+    case QuantKind::Q6: return 13;
+    default: return 10;
+  }
+}
+
+// Tokens [0, amx_tokens) run on AMX tiles, the rest on VNNI dots; past a.m, zero tokens pad the last tile.
+int64_t amx_tokens(const QuantLinearArgs& a) {
+#if defined(LLMCHAT_HAS_AMX_INT8)
+  static const bool amx = amx_int8_granted();
+  if (!amx) return 0;
+  const int64_t whole = a.m / kTileTokens * kTileTokens;
+  return a.m - whole >= amx_pad_from(a) ? whole + kTileTokens : whole;
+#else
+  (void)a;
+  return 0;
+#endif
+}
+
 template <QuantKind KIND, int HALF>
 void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const int64_t nb = x.nb, groups = a.w.n / kTileRows;
   const Store finish{a};
-  int64_t tile_tokens = 0;  // tokens [0, tile_tokens) on AMX tiles
-#if defined(LLMCHAT_HAS_AMX_INT8)
-  static const bool amx = amx_int8_granted();
-  if (amx) tile_tokens = a.m / kTileTokens * kTileTokens;
-#endif
+  const int64_t tile_tokens = amx_tokens(a);  // may pass a.m: the activations are padded so far with zeros
   const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
   const int64_t work = std::max<int64_t>(1, a.w.k * kTileRows * a.m);
   const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, (1 << 20) / work));
@@ -494,19 +517,25 @@ const char* quant_tiles_isa() {
 void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
   if (a.m <= 0 || a.w.n <= 0) return;
   const int64_t nb = a.w.k / 32;
+  // rows for every token an AMX tile reads: past a.m, zero tokens (zero bytes and factors) pad the last tile
+  const int64_t rows = std::max(a.m, amx_tokens(a));
+  auto padded = [&](auto& v, int64_t per_token) {
+    v.resize(size_t(rows * per_token));
+    std::fill(v.begin() + a.m * per_token, v.end(), 0);
+  };
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d, dsum;
   thread_local std::vector<int32_t> offsets;
-  q.resize(size_t(a.m * a.w.k)), d.resize(size_t(a.m * nb));
+  padded(q, a.w.k), padded(d, nb);
   if (a.w.wide_activations) {  // Q8 only (checked by the binding): no mins, offsets from the quantization
     thread_local std::vector<int8_t> q_high;
-    q_high.resize(q.size()), offsets.resize(size_t(a.m * nb));
+    padded(q_high, a.w.k), padded(offsets, nb);
     quantize_activations_wide(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), q_high.data(), d.data(), offsets.data(), rt);
     // dsum is read only with stored mins, which Q8 has not
     const Acts x{q.data(), d.data(), d.data(), offsets.data(), a.w.k, nb, q_high.data()};
     return a.w.half_factors ? run<QuantKind::Q8, kF16>(a, x, rt) : run<QuantKind::Q8, kF32>(a, x, rt);
   }
-  dsum.resize(size_t(a.m * nb));
+  padded(dsum, nb);
   quantize_activations(a.dtype, a.x, a.x_stride, a.m, a.w.k, q.data(), d.data(), dsum.data(), rt);
   // 128 for the 8-bit kinds (stored as w + 128), -min_offset for the 4/5-bit kinds whose min is one (Q4_0: 8)
   const bool eight_bit = !nibbles(a.w.kind);  // Q6 too: its rows are unpacked to w + 128
@@ -514,7 +543,7 @@ void quant_tiles_linear(const QuantLinearArgs& a, const Runtime& rt) {
   if (offset != 0) {
     const int size = halves(a.w.kind) ? 16 : 32;
     const int64_t per_token = a.w.k / size;
-    offsets.resize(size_t(a.m * per_token));
+    padded(offsets, per_token);
     const int8_t* qs = q.data();  // (thread_local: the workers see their own vectors under these names)
     int32_t* sums = offsets.data();
     rt.parallel_for(a.m, grain_for(a.w.k), [&](int64_t m0, int64_t m1) {
