@@ -23,6 +23,7 @@ from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import ScheduledChunk, Sequence
 from .speculation import AUTO_MAX_DECODES, Guesser, accepted_run, row_views, sampled_rows
+from .step_costs import StepCosts
 
 
 def _return_freed_memory() -> None:
@@ -67,6 +68,7 @@ class LLMEngine:
             self.scheduler.extend_prefix = self.disk_prefix.restore
         self.requests: dict[str, Sequence] = {}
         self.spec_counts = {"guessed": 0, "accepted": 0, "verifications": 0}   # since start (metrics)
+        self.step_costs = StepCosts()   # decode steps' seconds by rows: where "auto" guessing pays here
         self._pending: list[StreamDelta] = []     # deltas produced outside step() (aborts)
 
     def _plan_kv_cache(self) -> int:
@@ -227,6 +229,8 @@ class LLMEngine:
                                       views)
                 logprobs = token_logprobs(rows_logits, tokens, views) if asked else [None] * len(views)
                 emitted = self._verify(sampled, tokens, logprobs)
+            if not prompt_tokens:   # a decode-only step (guesses included): what its rows cost here
+                self.step_costs.record(sum(c.num_new_tokens for c in chunks), time.perf_counter() - started)
             self.scheduler.update(chunks)   # after verification: only accepted guesses count as computed
             if self.disk_prefix is not None:
                 self.disk_prefix.save(chunks)
@@ -247,20 +251,27 @@ class LLMEngine:
         for seq in running:
             seq.draft = []
         decoding = [s for s in running if s.is_decoding]
-        # counted with those still prefilling or waiting: their rows fill the step too, and the first few to
-        # decode in a burst of requests would otherwise guess while the batch is already compute-bound
-        crowded = len(running) + len(self.scheduler.waiting) > AUTO_MAX_DECODES
+        auto: dict[Sequence, int] = {}               # "auto" sequences and how far each would guess
         for_draft: list[tuple[Sequence, int]] = []   # no n-gram to look up: the draft model guesses, if any
         for seq in decoding:
             mode = seq.params.speculative or self.config.speculative   # a request's own switch wins
-            if mode == "off" or (mode == "auto" and crowded):
+            if mode == "off":
                 continue
             if seq.guesser is None:
                 seq.guesser = Guesser()
+            seq.guesser.settle(seq.token_ids)
             k = seq.guesser.length(seq.max_total_tokens - seq.num_tokens - 1)
             seq.draft = seq.guesser.lookup(seq.token_ids, k)
             if not seq.draft and k and self.draft is not None:
                 for_draft.append((seq, k))
+            if mode == "auto" and k:
+                auto[seq] = len(seq.draft) or (k if self.draft is not None else 0)
+        if auto and not self._auto_guessing_pays(decoding, auto):
+            for seq in auto:
+                if seq.draft:
+                    seq.guesser.defer(seq.num_tokens, seq.draft)
+                seq.draft = []
+            for_draft = [(seq, k) for seq, k in for_draft if seq not in auto]
         if for_draft:
             guesses = self.draft.propose(for_draft)
             for seq, _ in for_draft:
@@ -268,6 +279,25 @@ class LLMEngine:
         for seq in decoding:
             if seq.matcher is not None and seq.draft:   # only guesses the grammar allows: others could never hold
                 seq.draft = guessable(seq.matcher, seq.draft)
+
+    def _auto_guessing_pays(self, decoding: list[Sequence], auto: dict[Sequence, int]) -> bool:
+        """Whether the "auto" sequences' guesses (auto: how many each) bring more tokens than their rows cost, by
+        this machine's measured step costs (step_costs.py) and each sequence's guesses held so far. Never in a
+        crowd with prompts still to prefill. Until the costs are measured: while few sequences run or wait, and
+        now and then past that too, to measure."""
+        guesses = sum(auto.values())
+        if not guesses:
+            return True
+        plain = len(decoding) + sum(len(s.draft) for s in decoding if s not in auto)
+        expected = plain + sum(s.guesser.expected_accepted(k) for s, k in auto.items())
+        waiting = self.scheduler.waiting
+        crowded = len(self.scheduler.running) + len(waiting) > AUTO_MAX_DECODES
+        if crowded and (waiting or len(decoding) < len(self.scheduler.running)):
+            return False   # prompts share these steps: a compute-bound step, where a guessed row costs a token
+        pays = self.step_costs.guessing_pays(plain, plain + guesses, expected)
+        if pays is not None:
+            return pays
+        return not crowded or self.step_costs.try_unmeasured()
 
     def _verify(self, sampled: list[ScheduledChunk], tokens: list[int], logprobs: list) -> list:
         """Per sampling chunk: the tokens it emits (its guesses the model agreed with, then the model's own) and

@@ -24,8 +24,8 @@ MAX_GUESS = 15             # with the newest token, one 16-row tile of the quant
 PAYING = 0.5               # guesses held per verification (a running mean) below which guessing pauses: a
                            # verification step costs about two plain ones on a quantized model here
 PAUSE_STEPS = 16           # decode steps without guessing after that
-AUTO_MAX_DECODES = 4       # "auto": guess while at most this many sequences run or wait (past that the batch
-                           # is compute-bound here and extra rows cost about what they save)
+AUTO_MAX_DECODES = 4       # "auto", until step costs are measured (step_costs.py): guess while at most this many
+                           # sequences run or wait (past that a batch was compute-bound on a Zen 4)
 
 
 class NgramIndex:
@@ -59,6 +59,7 @@ class Guesser:
     guess_len: int = START_GUESS
     held: float = 1.0          # running mean of guesses held per verification
     paused: int = 0
+    deferred: tuple[int, list[int]] | None = None   # a guess not verified (Guesser.defer): where, and what
     indexes: list[NgramIndex] = field(default_factory=lambda: [NgramIndex(n) for n in NGRAM_SIZES])
 
     def propose(self, tokens: list[int], room: int) -> list[int]:
@@ -92,6 +93,32 @@ class Guesser:
         self.held += 0.3 * (accepted - self.held)
         if self.held < PAYING:
             self.paused, self.held, self.guess_len = PAUSE_STEPS, 1.0, START_GUESS
+
+    def expected_accepted(self, k: int) -> float:
+        """Guesses of k expected to hold, taking each to hold with the chance p that makes the mean run held
+        (p / (1 - p) = held) as long as the ones before it did."""
+        p = self.held / (1.0 + self.held)
+        return p * (1.0 - p ** k) / (1.0 - p)
+
+    def defer(self, at: int, draft: list[int]) -> None:
+        """This step's guesses, for position `at` on, were not worth verifying here (llm_engine's measured step
+        costs): they are scored later against the tokens that come instead, so the acceptance that decides the
+        next steps stays measured while none is verified."""
+        if self.deferred is None:
+            self.deferred = (at, draft)
+
+    def settle(self, tokens: list[int]) -> None:
+        """Score a deferred guess against the sequence's tokens once they decide it (a miss, or all of it came)."""
+        if self.deferred is None:
+            return
+        at, draft = self.deferred
+        came = tokens[at:at + len(draft)]
+        held = 0
+        while held < len(came) and came[held] == draft[held]:
+            held += 1
+        if held < len(came) or len(came) == len(draft):
+            self.deferred = None
+            self.observe(len(draft), held)
 
 
 def accepted_run(draft: list[int], sampled: list[int]) -> list[int]:

@@ -14,6 +14,7 @@ import torch
 from det_helpers import first_difference, kv_gb_for_blocks, make_llm, run
 
 from llmchat.engine.sampling_params import SamplingParams
+from llmchat.engine.step_costs import StepCosts
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "lora"))
 from lora_helpers import make_adapter  # noqa: E402
@@ -146,6 +147,35 @@ def test_auto_guesses_for_a_few_sequences_and_not_in_a_crowd(tiny_model_dir):
     first_done = sorted(crowd, key=lambda o: o.metrics.finish_time)[:2]
     assert [o.metrics.num_guessed_tokens for o in first_done] == [0, 0]
     assert all(o.token_ids == alone[0].token_ids for o in alone + crowd)
+
+
+class MachineCosts(StepCosts):
+    """Step costs of a machine whose decode steps cost `base` seconds plus `per_row` a row, whatever the engine
+    times here (a fixed clock: the tiny model's real steps cost about the same at any row count)."""
+
+    def __init__(self, base: float, per_row: float) -> None:
+        super().__init__()
+        self.seconds = {rows: base + per_row * rows for rows in (1, 4096)}
+
+    def record(self, rows: int, seconds: float) -> None:
+        pass
+
+
+@pytest.mark.parametrize("base, per_row", [(1e-2, 1e-5), (0.0, 1e-2)])
+def test_auto_follows_the_measured_cost_of_a_guessed_row(tiny_model_dir, base, per_row):
+    """Where the engine has measured what a row costs, auto guesses by that: in a crowd of decoding sequences
+    (past AUTO_MAX_DECODES) where rows are cheap (a Xeon's AMX tiles), and not even for one sequence where a
+    row costs what a token does (no step cost but the rows'); the tokens are the same."""
+    from llmchat.engine.speculation import AUTO_MAX_DECODES
+    llm, _ = make_llm(tiny_model_dir("llama"), "float32", speculative="auto", max_num_seqs=8)
+    llm.engine.step_costs = MachineCosts(base, per_row)
+    p = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    cheap = base > 0
+    crowd = llm.generate([LOOP * 4] * (AUTO_MAX_DECODES + 2), p)
+    alone = llm.generate([LOOP * 4], p)
+    assert all((o.metrics.num_guessed_tokens > 0) == cheap for o in crowd + alone), [o.metrics.num_guessed_tokens for o in crowd + alone]
+    plain, _ = make_llm(tiny_model_dir("llama"), "float32", speculative="off")
+    assert all(o.token_ids == plain.generate([LOOP * 4], p)[0].token_ids for o in crowd + alone)
 
 
 def test_an_unknown_guessing_mode_is_refused():
