@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -79,6 +80,30 @@ def parse(stdout: str) -> dict:
     return fig
 
 
+def exit_reason(returncode: int) -> str:
+    """How a llama.cpp tool ended: its exit code, or the signal that killed it, with what a crash means where
+    it is known (llama.cpp 2026-10 built with GGML_NATIVE on a CPU with AMX crashes on any multi-token prompt, in
+    its AMX buffer type)."""
+    if returncode >= 0:
+        return f"failed (exit code {returncode})"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    said = f"crashed ({name})"
+    if name == "SIGSEGV" and "amx_int8" in host_cpu_flags():
+        said += " - llama.cpp built with GGML_NATIVE crashes so on CPUs with AMX: build it with its AMX options off"
+    return said
+
+
+def host_cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {flag for line in f if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()
+
+
 def run(binary: Path, gguf: Path, threads: int, prefix_len: int, new_tokens: int, env: dict | None = None) -> dict:
     """Run llama-bench and parse it; a LlamaBenchError with its last stderr line if it fails."""
     cmd = command(binary, gguf, threads, prefix_len, new_tokens)
@@ -90,7 +115,7 @@ def run(binary: Path, gguf: Path, threads: int, prefix_len: int, new_tokens: int
         raise LlamaBenchError(f"llama-bench did not finish in {TIMEOUT_S} s") from None
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or done.stdout.strip().splitlines()[-1:] or ["no output"]
-        raise LlamaBenchError(f"llama-bench failed (exit code {done.returncode}): {tail[0]}")
+        raise LlamaBenchError(f"llama-bench {exit_reason(done.returncode)}: {tail[0]}")
     fig = parse(done.stdout)
     fig["command"] = " ".join(cmd)
     return fig

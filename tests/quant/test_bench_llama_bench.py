@@ -81,6 +81,10 @@ if mode == "fail":
     print("llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' has invalid ggml type 99", file=sys.stderr)
     print("main: error: failed to load model '" + opt["-m"] + "'", file=sys.stderr)
     sys.exit(1)
+if mode == "crash":
+    print("load_tensors: AMX model buffer size = 1009.50 MiB", file=sys.stderr)
+    import signal
+    os.kill(os.getpid(), signal.SIGSEGV)
 if mode == "garbage":
     print("| model | size | params | backend | threads | test | t/s |")
     sys.exit(0)
@@ -178,6 +182,18 @@ def test_a_failing_llama_bench_keeps_llmchats_figures_and_shows_its_last_stderr_
     assert "decode tok/s, 1 session" in out and "Traceback" not in out + err
     assert (f"llama-bench: not measured (llama-bench failed (exit code 1): main: error: failed to load model "
             f"'{gguf}')") in out
+
+
+def test_a_crashed_llama_bench_is_named_by_its_signal(tmp_path):
+    """llama.cpp built with GGML_NATIVE crashes on a Xeon with AMX: the message names the signal, and on such a
+    CPU, what to build instead."""
+    binary, _ = fake_llama_bench(tmp_path, "crash")
+    with pytest.raises(bench_llama.LlamaBenchError) as raised:
+        bench_llama.run(binary, tmp_path / "x.gguf", 1, 16, 4)
+    said = str(raised.value)
+    assert said.startswith("llama-bench crashed (SIGSEGV)") and said.endswith("AMX model buffer size = 1009.50 MiB")
+    assert ("AMX options off" in said) == ("amx_int8" in bench_llama.host_cpu_flags())
+    assert bench_llama.exit_reason(3) == "failed (exit code 3)"
 
 
 def test_output_that_is_not_llama_benchs_json_is_a_message(tmp_path):
