@@ -14,8 +14,9 @@ Scales and mins are float32, or float16 where the GGUF file's are (Q8_0, Q4_0/1,
 K-quants (Q4_K, Q5_K, Q6_K) carry their factors as the file has them too (`packed_factors`, row order): a small
 integer per block (Q4_K/Q5_K: sc and m, 0..63, u8; Q6_K: sc per 16, i8) and one fp16 per 256 elements (d, and
 -dmin for the mins), as uint8 [N, S + 2 K/256] a row: S integers, then K/256 fp16. The x86 tile layout runs them
-in that compact form (scales and mins uint8, quant_tiles.h); everywhere else the factors are the fp32 products,
-exactly the same numbers (an 11-bit times an 8-bit significand is exact in fp32).
+in that compact form (scales and mins uint8, quant_tiles.h), and so does the ARM tile layout (the same factor
+bytes beside its own order of values); the row layout has the fp32 products instead, exactly the same numbers
+(an 11-bit times an 8-bit significand is exact in fp32).
 Activations are quantized per call to int8 in blocks of 32 (d = max|x| / 127, q = round-half-even(x / d)).
 `reference_linear` is the same math in torch (the oracle of the op); `dequantize` gives the weight as floats,
 exactly as the gguf package dequantizes the file it came from.
@@ -64,7 +65,7 @@ class QuantWeight:
 
     @property
     def compact(self) -> bool:
-        """Scales (and mins) as the file's integers and fp16 super-factors (a tiled K-quant on x86)."""
+        """Scales (and mins) as the file's integers and fp16 super-factors (a tiled K-quant)."""
         return self.scales.dtype == torch.uint8
 
     @property
@@ -106,20 +107,24 @@ class QuantWeight:
         return not self.tiled and self.n % TILE_ROWS == 0 and neon_layout.takes(self.kind)
 
     def _compacts(self, compact: bool) -> bool:
-        return compact and self.packed_factors is not None and not neon_layout.ACTIVE
+        return compact and self.packed_factors is not None
 
     def tiled_copy(self, wide_q8: bool = True, compact: bool = True) -> QuantWeight:
         """The weight in the 16-row tile layout (see the module doc): a reordering, exact. wide_q8: a q8 weight
         takes 16-bit activations where the layout has them (x86). compact: a K-quant keeps the file's integer
-        factors (x86; else fp32 factors, the same numbers)."""
+        factors (else fp32 factors, the same numbers)."""
         if not self.tileable():
             raise ValueError(f"only a row-layout weight of N % 16 == 0 rows tiles, got N = {self.n}"
                              f"{' (already tiled)' if self.tiled else ''}")
+        scales, mins = _group_major(self.scales), _group_major(self.mins)
+        if self._compacts(compact):  # the same factor bytes in both tile layouts
+            six = self.kind in SIX_BIT_FACTOR_KINDS
+            scales, mins = (None if t is None else _compact_group_major(t, self.k // 256, six)
+                            for t in self.packed_factors)
         if neon_layout.ACTIVE:  # ARM: SMMLA's operand order (csrc/core/quant_tiles_neon.h)
             high = neon_layout.tile_high(self.high) if self.high is not None else None
             return replace(self, values=neon_layout.tile_values(self.values, self.kind), high=high,
-                           scales=_group_major(self.scales), mins=_group_major(self.mins), tiled=True,
-                           packed_factors=None)
+                           scales=scales, mins=mins, tiled=True, packed_factors=None)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
         if self.kind in ("q8", "q8h"):  # [g, n, b, r, j] -> [g, b, r, n, j], as u8 (w + 128)
             v = self.values.view(groups, TILE_ROWS, nb, 8, 4).permute(0, 2, 3, 1, 4) ^ -128
@@ -131,11 +136,6 @@ class QuantWeight:
             planes = self.high.view(groups * TILE_ROWS, nb, -1)
             words = torch.stack([_tile_plane(planes[:, :, p], groups) for p in range(planes.shape[2])], dim=2)
             high = words.contiguous().view(torch.int32).view(self.high.shape)
-        scales, mins = _group_major(self.scales), _group_major(self.mins)
-        if self._compacts(compact):
-            six = self.kind in SIX_BIT_FACTOR_KINDS
-            scales, mins = (None if t is None else _compact_group_major(t, self.k // 256, six)
-                            for t in self.packed_factors)
         return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, True,
                            wide_activations=wide_q8 and self.kind == "q8" and _wide_q8())
 
@@ -179,10 +179,6 @@ class QuantWeight:
         """The row layout of a tiled weight (itself when it is not tiled)."""
         if not self.tiled:
             return self
-        if neon_layout.ACTIVE:
-            high = neon_layout.untile_high(self.high) if self.high is not None else None
-            return replace(self, values=neon_layout.untile_values(self.values, self.kind), high=high,
-                           scales=_row_major(self.scales), mins=_row_major(self.mins), tiled=False)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
         scales, mins, packed = _row_major(self.scales), _row_major(self.mins), None
         if self.compact:  # the fp32 factors of the row layout, and the compact ones to tile again
@@ -192,6 +188,10 @@ class QuantWeight:
                            for t in (self.scales, self.mins))
             scales = _expand_compact(packed[0], subs, signed=self.kind in HALVES_KINDS)
             mins = None if packed[1] is None else _expand_compact(packed[1], nb, signed=False)
+        if neon_layout.ACTIVE:
+            high = neon_layout.untile_high(self.high) if self.high is not None else None
+            return replace(self, values=neon_layout.untile_values(self.values, self.kind), high=high,
+                           scales=scales, mins=mins, tiled=False, packed_factors=packed)
         if self.kind in ("q8", "q8h"):
             v = (self.values.view(groups, nb, 8, TILE_ROWS, 4) ^ -128).permute(0, 3, 1, 2, 4)
         else:

@@ -42,7 +42,7 @@ from ..layers.linear import Linear
 
 log = logging.getLogger(__name__)
 
-LAYOUT_VERSION = 4          # bump whenever QuantWeight's layouts or the tile orders change
+LAYOUT_VERSION = 5          # bump whenever QuantWeight's layouts or the tile orders change
 MAGIC = b"LLMCPREP"
 HEADER = struct.Struct("<8sQI")   # magic, manifest bytes, manifest crc32
 DATA_ALIGN = 4096

@@ -1,6 +1,7 @@
 // Standalone test of the ARM tile layout (core/quant_tiles_neon.h), built natively (its scalar loop) and
 // cross-compiled for aarch64 plain NEON, dotprod and i8mm by test_quant_neon_tiles_builds.py.
-// For every kind (Q4 / Q5 with stored mins, Q4_0 / Q5_0's implied min, none), fp32 and fp16 factors, dtypes f32 / bf16 / f16, it
+// For every kind (Q4 / Q5 with stored mins, Q4_0 / Q5_0's implied min, none), fp32, fp16 and compact factors
+// (K-quants: the file's integers and fp16 super-factors, in quant_tiles.h's order), dtypes f32 / bf16 / f16, it
 //   - tiles a random row-layout weight with neon_tile_values / neon_tile_factors and checks the bytes against
 //     the header's formula;
 //   - checks quant_tiles_neon_linear bit for bit against the header's float steps written out here on the row
@@ -43,15 +44,18 @@ struct Weight {
   int64_t n, k, nb;
   bool half, with_mins;
   int min_offset;
+  bool compact;                                    // K-quant factors: integers (u6 or i8) and fp16 per 256
   std::vector<uint8_t> values, tiled_values;
   std::vector<uint32_t> high, tiled_high;          // Q5
   std::vector<float> scales, mins;                 // as the kernel sees them (fp16-rounded with half)
   std::vector<uint16_t> scales_h, mins_h;
-  std::vector<uint8_t> tiled_scales, tiled_mins;   // bytes, fp32 or fp16
+  std::vector<uint8_t> tiled_scales, tiled_mins;   // bytes, fp32, fp16 or compact
 
-  Weight(QuantKind kind_, int64_t n_, int64_t k_, bool half_, int mins_mode)
-      : kind(kind_), n(n_), k(k_), nb(k_ / 32), half(half_), with_mins(nibbles() && mins_mode == 1),
-        min_offset(nibbles() && mins_mode == 2 ? (kind_ == QuantKind::Q5 ? -16 : -8) : 0) {
+  Weight(QuantKind kind_, int64_t n_, int64_t k_, bool half_, int mins_mode, bool compact_ = false)
+      : kind(kind_), n(n_), k(k_), nb(k_ / 32), half(half_ && !compact_),
+        with_mins(nibbles() && (mins_mode == 1 || compact_)),
+        min_offset(nibbles() && mins_mode == 2 && !compact_ ? (kind_ == QuantKind::Q5 ? -16 : -8) : 0),
+        compact(compact_) {
     const int64_t bytes = nibbles() ? n * k / 2 : n * k;
     values.resize(size_t(bytes));
     for (auto& v : values) v = uint8_t(next_u64() >> 56);  // every nibble, every int8
@@ -73,6 +77,11 @@ struct Weight {
     }
     tiled_values.resize(values.size());
     neon_tile_values(kind, n, k, values.data(), tiled_values.data());
+    if (compact) {
+      compact_factors(scales, tiled_scales, 1.f);
+      if (with_mins) compact_factors(mins, tiled_mins, -1.f);
+      return;
+    }
     const int eb = half ? 2 : 4;
     auto tile = [&](const void* src, size_t count, std::vector<uint8_t>& dst) {
       dst.resize(count * eb);
@@ -80,6 +89,37 @@ struct Weight {
     };
     tile(half ? static_cast<const void*>(scales_h.data()) : scales.data(), scales.size(), tiled_scales);
     tile(half ? static_cast<const void*>(mins_h.data()) : mins.data(), mins.size(), tiled_mins);
+  }
+  // Random compact factors, written in quant_tiles.h's order, and the fp32 numbers they mean into `factors`
+  // (as the kernel sees them): integer * fp16, exact. sign: the super-factors' sign (-dmin for mins).
+  void compact_factors(std::vector<float>& factors, std::vector<uint8_t>& tiled, float sign) {
+    const int64_t per_row = int64_t(factors.size()) / n, supers = k / 256, per_super = per_row / supers;
+    std::vector<int> ints(factors.size());
+    std::vector<uint16_t> halves(size_t(n * supers));
+    for (auto& i : ints) i = nibbles() ? int(next_u64() >> 58) : int(int8_t(next_u64() >> 56));  // u6, or i8
+    for (auto& h : halves) h = from_float<fp16_t>(sign * (1e-4f + 4e-4f * std::fabs(uniform()))).bits;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t s = 0; s < per_row; ++s)
+        factors[size_t(r * per_row + s)] = float(ints[size_t(r * per_row + s)]) * to_float(fp16_t{halves[size_t(r * supers + s / per_super)]});
+    const int64_t int_bytes = nibbles() ? 6 * supers : per_row;  // a row's, per group: [.][16]
+    tiled.assign(size_t(n * (int_bytes + 2 * supers)), 0);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t g = r / 16, row = r % 16;
+      uint8_t* group = tiled.data() + g * 16 * (int_bytes + 2 * supers);
+      for (int64_t s = 0; s < per_row; ++s) {
+        const int v = ints[size_t(r * per_row + s)];
+        if (!nibbles()) {
+          group[s * 16 + row] = uint8_t(v);
+          continue;
+        }
+        uint8_t* super = group + s / 8 * 96;  // nibbles of j and j + 4, then 2-bit parts of j = 4h + i
+        const int64_t j = s % 8;
+        super[16 * (j % 4) + row] |= uint8_t((v & 15) << (4 * (j / 4)));
+        super[64 + 16 * (j / 4) + row] |= uint8_t((v >> 4 & 3) << (2 * (j % 4)));
+      }
+      for (int64_t sp = 0; sp < supers; ++sp)
+        std::memcpy(group + 16 * int_bytes + (sp * 16 + row) * 2, &halves[size_t(r * supers + sp)], 2);
+    }
   }
   bool nibbles() const { return kind == QuantKind::Q4 || kind == QuantKind::Q5; }
   int sub() const { return kind == QuantKind::Q8Halves ? 2 : 1; }
@@ -92,6 +132,7 @@ struct Weight {
   QuantWeightView view() const {
     QuantWeightView w;
     w.kind = kind, w.n = n, w.k = k, w.tiled = true, w.half_factors = half, w.min_offset = min_offset;
+    w.compact_factors = compact;
     w.values = tiled_values.data(), w.scales = tiled_scales.data();
     w.mins = with_mins ? tiled_mins.data() : nullptr;
     w.high = kind == QuantKind::Q5 ? tiled_high.data() : nullptr;
@@ -114,8 +155,9 @@ void check_bytes(const Weight& w) {
 }
 
 template <typename T>
-void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool half, int mins_mode, bool bias, int threads) {
-  Weight w(kind, n, k, half, mins_mode);
+void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool half, int mins_mode, bool bias, int threads,
+                  bool compact = false) {
+  Weight w(kind, n, k, half, mins_mode, compact);
   check_bytes(w);
   const int64_t xs = k + 3, os = n + 5, nb = k / 32;
   auto x = random_vec<T>(size_t(m * xs), 2.f);
@@ -157,7 +199,7 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool half, in
           isum -= offset * qs;
           const float sc = w.scales[size_t((r * nb + b) * w.sub() + hf)], dd = d[t * nb + b];
           acc = std::fma(float(isum), sc * dd, acc);
-          s += double(isum) * sc * dd, mag += double(iabs + std::abs(offset * qs)) * sc * dd;
+          s += double(isum) * sc * dd, mag += double(iabs + std::abs(offset * qs)) * std::fabs(sc * dd);  // Q6_K's sc may be < 0
         }
         if (w.with_mins) {
           acc = std::fma(w.mins[size_t(r * nb + b)], dsum[t * nb + b], acc);
@@ -173,8 +215,8 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool half, in
   }
   ++checks;
   if (inexact || outside || untouched) {
-    std::snprintf(msg, sizeof msg, "kind=%d m=%lld n=%lld k=%lld half=%d mins=%d: %d not the header's bits, %d off the math, %d written outside",
-                  int(kind), (long long)m, (long long)n, (long long)k, int(half), mins_mode, inexact, outside, untouched);
+    std::snprintf(msg, sizeof msg, "kind=%d m=%lld n=%lld k=%lld half=%d mins=%d compact=%d: %d not the header's bits, %d off the math, %d written outside",
+                  int(kind), (long long)m, (long long)n, (long long)k, int(half), mins_mode, int(compact), inexact, outside, untouched);
     fail("quant_tiles_neon_linear", msg);
   }
   // Determinism: M = 1 calls (decode), the rows after the first (other pairs and lanes), another split.
@@ -198,8 +240,8 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool half, in
   }
 }
 
-void check_rows(QuantKind kind, int64_t n, int64_t k, bool half, int mins_mode) {
-  Weight w(kind, n, k, half, mins_mode);
+void check_rows(QuantKind kind, int64_t n, int64_t k, bool half, int mins_mode, bool compact = false) {
+  Weight w(kind, n, k, half, mins_mode, compact);
   const std::vector<int64_t> ids = {0, n - 1, 17 % n, 5, 17 % n};
   std::vector<float> out(ids.size() * size_t(k));
   quant_tiles_neon_rows(w.view(), ids.data(), int64_t(ids.size()), DType::F32, out.data(), k, chunked(2));
@@ -236,8 +278,17 @@ int main() {
         check_linear<fp16_t>(kind, m, n, k, half, (mins + 2) % 3, bias, (threads + 1) % 3 + 1);
         ++i;
       }
+  // compact factors (K-quants: Q4_K / Q5_K's u6 sc and m, Q6_K held as Q8Halves with its i8 sc), K % 256 == 0
+  for (QuantKind kind : {QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5})
+    for (int64_t k : {256, 768})
+      for (int64_t m : {1, 3, 16, 17, 70}) {
+        check_linear<float>(kind, m, ns[size_t(i) % 4], k, false, 1, i % 2 == 0, 1 + i % 3, true);
+        check_linear<bf16_t>(kind, m, ns[size_t(i + 1) % 4], k, false, 1, i % 2 == 1, 1 + (i + 1) % 3, true);
+        ++i;
+      }
   for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5})
     for (int mins : {0, 1, 2}) check_rows(kind, 32, 96, mins == 1, mins);
+  for (QuantKind kind : {QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5}) check_rows(kind, 32, 512, false, 1, true);
   std::printf("digest=%016llx\n", (unsigned long long)digest);
   std::printf("isa=%s\n", quant_tiles_neon_isa());
   std::printf("ok %d checks, %d failed\n", checks, failures);

@@ -77,14 +77,14 @@ def test_unsupported_and_malformed_tensors_are_named():
         repack("Q8_0", np.zeros(30, np.uint8), 1, 32, "t")
 
 
-# x86's tile layout runs K-quants on the file's factors (small integers, one fp16 per 256): the same numbers
-# as the fp32 factors of the layout without them (compact=False, the oracle), so the same bits everywhere.
-# bytes held : the file's, exactly (Q4_K/Q5_K's sc and m in their 6 bits: 144 and 176 bytes a super-block;
-# Q6_K in its own 6 bits: 210)
-COMPACT_BOUND = {"Q4_K": (144, 144), "Q5_K": (176, 176), "Q6_K": (210, 210) if holds_q6() else (8.6, 6.5625)}
+# Both tile layouts (x86's and ARM's) run K-quants on the file's factors (small integers, one fp16 per 256): the
+# same numbers as the fp32 factors of the layout without them (compact=False, the oracle), so the same bits
+# everywhere. bytes held : the file's, exactly (Q4_K/Q5_K's sc and m in their 6 bits: 144 and 176 bytes a
+# super-block; Q6_K in its own 6 bits, 210, on x86; held as 8-bit values with its i8 sc elsewhere: 274)
+COMPACT_BOUND = {"Q4_K": (144, 144), "Q5_K": (176, 176), "Q6_K": (210, 210) if holds_q6() else (274, 210)}
 
 
-@pytest.mark.skipif(not K.tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI)")
+@pytest.mark.skipif(not K.tiles_native(), reason="a tile layout: x86 with AVX512-VNNI, or ARM (the CI's ARM job)")
 @pytest.mark.parametrize("type_name", list(K_QUANTS))
 def test_k_quant_tiles_keep_the_file_factors(type_name):
     rows, cols = 48, 512
@@ -100,7 +100,7 @@ def test_k_quant_tiles_keep_the_file_factors(type_name):
     assert all(torch.equal(a, b) for a, b in zip(back.present(), w.present()))
     assert all(torch.equal(a, b) for a, b in zip(back.tiled_copy().present(), compact.present()))
     for dtype in (torch.float32, torch.bfloat16):
-        for m in (1, 3, 16, 17, 33):   # VNNI, and AMX for whole 16-token tiles where granted
+        for m in (1, 3, 16, 17, 33):   # VNNI, and AMX for whole 16-token tiles where granted; SDOT and SMMLA
             x = torch.randn(m, cols, generator=torch.Generator().manual_seed(m)).to(dtype)
             got = K.quant_linear(x, compact)
             assert torch.equal(got, K.quant_linear(x, fp32)), (dtype, m)
@@ -126,6 +126,33 @@ def test_k_quant_tiles_keep_the_file_factors(type_name):
     assert all(torch.equal(a, b) for a, b in zip(into.present(), compact.present()))
 
 
+@pytest.mark.parametrize("type_name", list(K_QUANTS))
+def test_the_arm_tile_layout_keeps_the_file_factors_too(type_name, monkeypatch):
+    """On any host, the reordering an ARM machine does (pure torch): a K-quant tiles with the file's factor bytes
+    (Q6_K as 8-bit values with its i8 sc, as ARM holds it), back to the same row weight, dequantized as the file
+    is; the op on ARM runs it in the emulated CI job (test_k_quant_tiles_keep_the_file_factors)."""
+    import llmchat.kernels.quant_neon_layout as neon_layout
+    monkeypatch.setattr(neon_layout, "ACTIVE", True)
+    monkeypatch.setenv("LLMCHAT_Q6K_BITS", "8")
+    rows, cols = 48, 512
+    raw = random_k_blocks(type_name, rows, cols, seed=9)
+    want = torch.from_numpy(dequantize(raw, T[type_name]))
+    w = repack(type_name, raw, rows, cols)
+    assert w.kind in ("q4", "q5", "q8h") and neon_layout.takes(w.kind)
+    compact, fp32 = w.tiled_copy(), w.tiled_copy(compact=False)
+    assert compact.compact and not fp32.compact and torch.equal(compact.values, fp32.values)
+    held, file = {"Q4_K": (144, 144), "Q5_K": (176, 176), "Q6_K": (274, 210)}[type_name]
+    assert compact.nbytes * file <= held * raw.nbytes < fp32.nbytes * file
+    assert torch.equal(compact.dequantize(), want) and torch.equal(fp32.dequantize(), want)
+    back = compact.untiled()
+    assert all(torch.equal(a, b) for a, b in zip(back.present(), w.present()))
+    assert all(torch.equal(a, b) for a, b in zip(back.packed_factors, w.packed_factors) if a is not None)
+    assert all(torch.equal(a, b) for a, b in zip(back.tiled_copy().present(), compact.present()))
+    into = w.tile_into([torch.empty_like(t) for t in w.present_for_tiles()])
+    assert all(torch.equal(a, b) for a, b in zip(into.present(), compact.present()))
+    assert torch.equal(compact.rows(slice(16, 48)).dequantize(), want[16:48])
+
+
 @pytest.mark.skipif(not tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI) runs Q6_K in 6 bits")
 def test_q6_k_in_its_own_6_bits_gives_the_bits_of_its_8_bit_form(monkeypatch):
     """Q6_K held as nibbles and two bit planes ("q6", the default here) dequantizes as the file does and is read
@@ -146,7 +173,7 @@ def test_q6_k_in_its_own_6_bits_gives_the_bits_of_its_8_bit_form(monkeypatch):
     for a, b in [(six, eight), (six.tiled_copy(), eight.tiled_copy())]:
         assert a.nbytes < b.nbytes
         for dtype in (torch.float32, torch.bfloat16):
-            for m in (1, 3, 16, 17, 33):   # VNNI, and AMX for whole 16-token tiles where granted
+            for m in (1, 3, 16, 17, 33):   # VNNI, and AMX for whole 16-token tiles where granted; SDOT and SMMLA
                 x = torch.randn(m, cols, generator=torch.Generator().manual_seed(m)).to(dtype)
                 assert torch.equal(K.quant_linear(x, a), K.quant_linear(x, b)), (a.tiled, dtype, m)
         assert torch.equal(K.quant_rows(a, ids, torch.float32), K.quant_rows(b, ids, torch.float32))

@@ -13,6 +13,7 @@
 #include "../vec/vec.h"
 #include "amx_linear.h"
 #include "dispatch.h"
+#include "tile_factors.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__F16C__)
@@ -45,10 +46,6 @@ struct Acts {
   int64_t k, nb;
   const int8_t* q_high = nullptr;
 };
-
-// How a weight's per-block factors are stored (quant_tiles.h): fp32, fp16, or compact (K-quants: a small
-// integer per sub-block, i8, or u6 packed as the file's 6 bits, times one fp16 per 256 elements).
-enum Factors : int { kF32 = 0, kF16 = 1, kCompactU6 = 2, kCompactI8 = 3 };
 
 // 16 rows' factors of sub-block s of group g, for `subs` sub-blocks and `supers` super-blocks (K/256) a row.
 // Compact: float(int) * float(fp16) is exact (at most 19 significant bits), the fp32 factor the file means.
@@ -592,28 +589,9 @@ void quant_tiles_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_
   const bool signed_factors = w.kind == QuantKind::Q8Halves || six;
   const int sub = signed_factors ? 2 : 1;
   const int64_t supers = K / 256;
-  // factor of row n, sub-block s of group g, `subs` sub-blocks a row (the layout of quant_tiles.h)
+  const Factors store = factors_of(w);
   auto factor = [&](const void* p, int64_t g, int64_t s, int64_t subs, int64_t n) {
-    if (w.compact_factors && !signed_factors) {  // u6 (quant_tiles.h)
-      const uint8_t* group = static_cast<const uint8_t*>(p) + g * kTileRows * 8 * supers;
-      const int64_t super = s / 8, j = s % 8;
-      const uint8_t* ints = group + super * kCompact6Bytes;
-      const int low = ints[kTileRows * (j % 4) + n] >> (4 * (j / 4)) & 15;
-      const int high = ints[4 * kTileRows + kTileRows * (j / 4) + n] >> (2 * (j % 4)) & 3;
-      uint16_t bits;
-      std::memcpy(&bits, group + supers * kCompact6Bytes + (super * kTileRows + n) * 2, 2);
-      return float(low | high << 4) * to_float(fp16_t{bits});
-    }
-    if (w.compact_factors) {
-      const uint8_t* group = static_cast<const uint8_t*>(p) + g * kTileRows * (subs + 2 * supers);
-      const uint8_t raw = group[s * kTileRows + n];
-      const int integer = signed_factors ? int(int8_t(raw)) : int(raw);
-      uint16_t bits;
-      std::memcpy(&bits, group + subs * kTileRows + (s / (subs / supers) * kTileRows + n) * 2, 2);
-      return float(integer) * to_float(fp16_t{bits});
-    }
-    const int64_t i = (g * subs + s) * kTileRows + n;
-    return w.half_factors ? to_float(fp16_t{static_cast<const uint16_t*>(p)[i]}) : static_cast<const float*>(p)[i];
+    return tile_factor(store, p, g, s, subs, supers, n);
   };
   rt.parallel_for(num_ids, grain_for(K), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {

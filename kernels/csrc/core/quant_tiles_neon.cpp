@@ -13,6 +13,7 @@
 
 #include "../vec/dtypes.h"
 #include "dispatch.h"
+#include "tile_factors.h"
 
 #if defined(__aarch64__) && defined(__ARM_NEON) && !defined(LLMCHAT_FORCE_SCALAR)
 #define LLMCHAT_NEON_TILES 1
@@ -47,10 +48,6 @@ struct Acts {
   int64_t m, k, nb;
 };
 
-float factor(bool half, const void* p, int64_t i) {
-  return half ? to_float(fp16_t{static_cast<const uint16_t*>(p)[i]}) : static_cast<const float*>(p)[i];
-}
-
 // Element e (0..31) of row n (0..15) of a block, as stored (s8, or the 4/5-bit value 0..31).
 int element(QuantKind kind, const uint8_t* blk, const uint16_t* high, int n, int e) {
   const int p = n / 2, h = n % 2;
@@ -63,6 +60,8 @@ int element(QuantKind kind, const uint8_t* blk, const uint16_t* high, int n, int
 // acc[r][t] of group g's 16 rows for tokens [m0, m1): the reference loop of the layout's math.
 [[maybe_unused]] void scalar_group(const QuantLinearArgs& a, const Acts& x, int64_t g, int64_t m0, int64_t m1, float* acc) {
   const QuantWeightView& w = a.w;
+  const Factors store = factors_of(w);
+  const int64_t supers = x.k / 256;
   for (int64_t m = m0; m < m1; ++m)
     for (int n = 0; n < kNeonTileRows; ++n) {
       float v = 0.f;
@@ -74,21 +73,59 @@ int element(QuantKind kind, const uint8_t* blk, const uint16_t* high, int n, int
           int32_t isum = 0;
           for (int e = size * h; e < size * (h + 1); ++e) isum += element(w.kind, blk, high, n, e) * int32_t(x.q[m * x.k + 32 * b + e]);
           if (x.offsets) isum -= x.offsets[m * x.nb + b];
-          const int64_t at = (g * sub * x.nb + sub * b + h) * kNeonTileRows + n;
-          v = std::fma(float(isum), factor(w.half_factors, w.scales, at) * x.d[m * x.nb + b], v);
+          const float scale = tile_factor(store, w.scales, g, sub * b + h, sub * x.nb, supers, n);
+          v = std::fma(float(isum), scale * x.d[m * x.nb + b], v);
         }
-        if (w.mins) v = std::fma(factor(w.half_factors, w.mins, (g * x.nb + b) * kNeonTileRows + n), x.dsum[m * x.nb + b], v);
+        if (w.mins) v = std::fma(tile_factor(store, w.mins, g, b, x.nb, supers, n), x.dsum[m * x.nb + b], v);
       }
       acc[(m - m0) * kNeonTileRows + n] = v;
     }
 }
 
 #if defined(LLMCHAT_NEON_TILES)
-template <bool HALF>
-inline float32x4_t factors4(const void* p, int64_t at) {  // 4 rows' factors from index at
-  if constexpr (HALF) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(static_cast<const uint16_t*>(p) + at)));
-  else return vld1q_f32(static_cast<const float*>(p) + at);
-}
+// One sub-block's factors of a group's 16 rows, 4 rows at a time: fp32 and fp16 read where they lie, compact
+// ones decoded once into fp32, the same numbers as tile_factor() (an exact product).
+template <int F>
+struct SubBlockFactors {
+  static constexpr bool kCompact = F == kCompactU6 || F == kCompactI8;
+  const void* p = nullptr;
+  int64_t at = 0;
+  float decoded[kCompact ? kNeonTileRows : 1];
+
+  void load(const void* p_, int64_t g, int64_t s, int64_t subs, int64_t supers) {
+    p = p_, at = (g * subs + s) * kNeonTileRows;
+    if constexpr (kCompact) {
+      const uint8_t* group = compact_group(Factors(F), p, g, subs, supers);
+      float32x4_t ints[4];
+      if constexpr (F == kCompactU6) {  // quant_tiles.h: nibbles of j and j + 4, then 2-bit parts of 4h + i
+        const uint8_t* bytes = group + s / 8 * kCompact6Bytes;
+        const int64_t j = s % 8;
+        uint8x16_t low = vld1q_u8(bytes + kTileRows * (j % 4));
+        low = j < 4 ? vandq_u8(low, vdupq_n_u8(15)) : vshrq_n_u8(low, 4);
+        const uint8x16_t two = vld1q_u8(bytes + 4 * kTileRows + kTileRows * (j / 4));
+        const uint8x16_t high = vandq_u8(vshlq_u8(two, vdupq_n_s8(int8_t(-2 * (j % 4)))), vdupq_n_u8(3));
+        const uint8x16_t u = vorrq_u8(low, vshlq_n_u8(high, 4));
+        const uint16x8_t lo16 = vmovl_u8(vget_low_u8(u)), hi16 = vmovl_high_u8(u);
+        ints[0] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo16))), ints[1] = vcvtq_f32_u32(vmovl_high_u16(lo16));
+        ints[2] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi16))), ints[3] = vcvtq_f32_u32(vmovl_high_u16(hi16));
+      } else {
+        const int8x16_t v = vld1q_s8(reinterpret_cast<const int8_t*>(group) + s * kTileRows);
+        const int16x8_t lo16 = vmovl_s8(vget_low_s8(v)), hi16 = vmovl_high_s8(v);
+        ints[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo16))), ints[1] = vcvtq_f32_s32(vmovl_high_s16(lo16));
+        ints[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi16))), ints[3] = vcvtq_f32_s32(vmovl_high_s16(hi16));
+      }
+      const int64_t ints_bytes = F == kCompactU6 ? supers * kCompact6Bytes : subs * kTileRows;
+      const uint16_t* halves = reinterpret_cast<const uint16_t*>(group + ints_bytes) + s / (subs / supers) * kTileRows;
+      for (int q = 0; q < 4; ++q)
+        vst1q_f32(decoded + 4 * q, vmulq_f32(ints[q], vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(halves + 4 * q)))));
+    }
+  }
+  float32x4_t rows4(int r0) const {  // rows r0 .. r0 + 3
+    if constexpr (kCompact) return vld1q_f32(decoded + r0);
+    else if constexpr (F == kF16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(static_cast<const uint16_t*>(p) + at + r0)));
+    else return vld1q_f32(static_cast<const float*>(p) + at + r0);
+  }
+};
 
 // Q5: bit 4 of the 16 lanes of an operand from its uint16 mask (lane i = bit i), 0x10 where set.
 inline uint8x16_t bit4_lanes(uint16_t mask) {
@@ -124,7 +161,7 @@ inline int32x4_t pair_dot(int32x4_t acc, int8x16_t w, int8x16_t a) {
 }
 
 // out lanes -> res[t][n] for the 16 rows of a group, T tokens from m0: SDOT (or widening) block sums.
-template <QuantKind KIND, bool HALF, bool MINS, bool OFF, int T>
+template <QuantKind KIND, int F, bool MINS, bool OFF, int T>
 void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, float (*res)[kNeonTileRows]) {
   constexpr int kSub = KIND == QuantKind::Q8Halves ? 2 : 1;
   float32x4_t acc[4][T];
@@ -144,11 +181,13 @@ void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, fl
       if constexpr (MINS) ds[t] = vdupq_n_f32(x.dsum4[at]);
       if constexpr (OFF) off[t] = vdupq_n_s32(x.off4[at]);
     }
+    SubBlockFactors<F> scales[kSub], mins;
+    for (int h = 0; h < kSub; ++h) scales[h].load(w.scales, g, kSub * b + h, kSub * x.nb, x.k / 256);
+    if constexpr (MINS) mins.load(w.mins, g, b, x.nb, x.k / 256);
     for (int quad = 0; quad < 4; ++quad) {
-      const int64_t at = (g * x.nb + b) * kNeonTileRows + 4 * quad;
       float32x4_t s[kSub], mn;
-      for (int h = 0; h < kSub; ++h) s[h] = factors4<HALF>(w.scales, (g * kSub * x.nb + kSub * b + h) * kNeonTileRows + 4 * quad);
-      if constexpr (MINS) mn = factors4<HALF>(w.mins, at);
+      for (int h = 0; h < kSub; ++h) s[h] = scales[h].rows4(4 * quad);
+      if constexpr (MINS) mn = mins.rows4(4 * quad);
       int8x16_t w0[4], w1[4];
       pair_operands<KIND>(blk, high, 2 * quad, w0), pair_operands<KIND>(blk, high, 2 * quad + 1, w1);
       for (int t = 0; t < T; ++t) {
@@ -171,7 +210,7 @@ void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, fl
 constexpr int kMmaRowPairs = 4, kMmaTokenPairs = 2;
 
 // SMMLA: RP row pairs from pair p0 of group g x TP token pairs from pair t0, lanes (r0 t0, r0 t1, r1 t0, r1 t1).
-template <QuantKind KIND, bool HALF, bool MINS, bool OFF, int RP, int TP>
+template <QuantKind KIND, int F, bool MINS, bool OFF, int RP, int TP>
 void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_t t0, float32x4_t (*out)[kMmaTokenPairs]) {
   static_assert(RP % 2 == 0, "row pairs by 4 rows' factors");
   constexpr int kSub = KIND == QuantKind::Q8Halves ? 2 : 1;
@@ -191,15 +230,17 @@ void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_
       if constexpr (MINS) ds[j] = vld1q_f32(x.dsum4 + at);
       if constexpr (OFF) off[j] = vld1q_s32(x.off4 + at);
     }
+    SubBlockFactors<F> scales[kSub], mins;
+    for (int h = 0; h < kSub; ++h) scales[h].load(w.scales, g, kSub * b + h, kSub * x.nb, x.k / 256);
+    if constexpr (MINS) mins.load(w.mins, g, b, x.nb, x.k / 256);
     float32x4_t s[kSub][RP], mn[RP];  // per row pair: (r0, r0, r1, r1)
     for (int i = 0; i < RP; i += 2) {
-      const int64_t at = (g * x.nb + b) * kNeonTileRows + 2 * (p0 + i);
       for (int h = 0; h < kSub; ++h) {
-        const float32x4_t v = factors4<HALF>(w.scales, (g * kSub * x.nb + kSub * b + h) * kNeonTileRows + 2 * (p0 + i));
+        const float32x4_t v = scales[h].rows4(2 * (p0 + i));
         s[h][i] = vzip1q_f32(v, v), s[h][i + 1] = vzip2q_f32(v, v);
       }
       if constexpr (MINS) {
-        const float32x4_t u = factors4<HALF>(w.mins, at);
+        const float32x4_t u = mins.rows4(2 * (p0 + i));
         mn[i] = vzip1q_f32(u, u), mn[i + 1] = vzip2q_f32(u, u);
       }
     }
@@ -222,14 +263,14 @@ void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_
 }
 
 // res[t][n] for tokens [m0, m1) of group g on SMMLA tiles (a lone last token is its pair's first lane).
-template <QuantKind KIND, bool HALF, bool MINS, bool OFF>
+template <QuantKind KIND, int F, bool MINS, bool OFF>
 void mma_group(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, int64_t m1, float (*res)[kNeonTileRows]) {
   for (int64_t t0 = m0 / 2; 2 * t0 < m1; t0 += kMmaTokenPairs) {
     const bool two = 2 * (t0 + 1) < m1;
     for (int p0 = 0; p0 < kPairs; p0 += kMmaRowPairs) {
       float32x4_t out[kMmaRowPairs][kMmaTokenPairs];
-      if (two) mma_tile<KIND, HALF, MINS, OFF, kMmaRowPairs, 2>(w, x, g, p0, t0, out);
-      else mma_tile<KIND, HALF, MINS, OFF, kMmaRowPairs, 1>(w, x, g, p0, t0, out);
+      if (two) mma_tile<KIND, F, MINS, OFF, kMmaRowPairs, 2>(w, x, g, p0, t0, out);
+      else mma_tile<KIND, F, MINS, OFF, kMmaRowPairs, 1>(w, x, g, p0, t0, out);
       for (int i = 0; i < kMmaRowPairs; ++i)
         for (int j = 0; j < (two ? 2 : 1); ++j) {
           float lanes[4];
@@ -245,21 +286,21 @@ void mma_group(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, i
 }
 #endif
 
-template <QuantKind KIND, bool HALF, bool MINS, bool OFF>
+template <QuantKind KIND, int F, bool MINS, bool OFF>
 void vector_group(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, int64_t m1, float (*res)[kNeonTileRows]) {
 #if defined(__ARM_FEATURE_MATMUL_INT8)
-  if (x.m > 1) return mma_group<KIND, HALF, MINS, OFF>(w, x, g, m0, m1, res);
+  if (x.m > 1) return mma_group<KIND, F, MINS, OFF>(w, x, g, m0, m1, res);
 #endif
   int64_t m = m0;
-  for (; m + 4 <= m1; m += 4) dot_tile<KIND, HALF, MINS, OFF, 4>(w, x, g, m, res + (m - m0));
-  for (; m < m1; ++m) dot_tile<KIND, HALF, MINS, OFF, 1>(w, x, g, m, res + (m - m0));
+  for (; m + 4 <= m1; m += 4) dot_tile<KIND, F, MINS, OFF, 4>(w, x, g, m, res + (m - m0));
+  for (; m < m1; ++m) dot_tile<KIND, F, MINS, OFF, 1>(w, x, g, m, res + (m - m0));
 }
 
-template <QuantKind KIND, bool HALF>
+template <QuantKind KIND, int F>
 void vector_group_any(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, int64_t m1, float (*res)[kNeonTileRows]) {
-  if (w.mins) return vector_group<KIND, HALF, true, false>(w, x, g, m0, m1, res);
-  if (x.offsets) return vector_group<KIND, HALF, false, true>(w, x, g, m0, m1, res);
-  vector_group<KIND, HALF, false, false>(w, x, g, m0, m1, res);
+  if (w.mins) return vector_group<KIND, F, true, false>(w, x, g, m0, m1, res);
+  if (x.offsets) return vector_group<KIND, F, false, true>(w, x, g, m0, m1, res);
+  vector_group<KIND, F, false, false>(w, x, g, m0, m1, res);
 }
 #endif
 
@@ -271,20 +312,26 @@ void run_group(const QuantLinearArgs& a, const Acts& x, int64_t g) {
   for (int64_t m0 = 0; m0 < a.m; m0 += kChunk) {
     const int64_t m1 = std::min(a.m, m0 + kChunk);
 #if defined(LLMCHAT_NEON_TILES)
-    const bool half = a.w.half_factors;
+    const Factors store = factors_of(a.w);
     switch (a.w.kind) {
       case QuantKind::Q8:
-        half ? vector_group_any<QuantKind::Q8, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q8, false>(a.w, x, g, m0, m1, res);
+        store == kF16 ? vector_group_any<QuantKind::Q8, kF16>(a.w, x, g, m0, m1, res)
+                      : vector_group_any<QuantKind::Q8, kF32>(a.w, x, g, m0, m1, res);
         break;
-      case QuantKind::Q8Halves:
-        half ? vector_group_any<QuantKind::Q8Halves, true>(a.w, x, g, m0, m1, res)
-             : vector_group_any<QuantKind::Q8Halves, false>(a.w, x, g, m0, m1, res);
+      case QuantKind::Q8Halves:  // Q6_K's compact factors: i8
+        store == kCompactI8 ? vector_group_any<QuantKind::Q8Halves, kCompactI8>(a.w, x, g, m0, m1, res)
+        : store == kF16     ? vector_group_any<QuantKind::Q8Halves, kF16>(a.w, x, g, m0, m1, res)
+                            : vector_group_any<QuantKind::Q8Halves, kF32>(a.w, x, g, m0, m1, res);
         break;
-      case QuantKind::Q5:
-        half ? vector_group_any<QuantKind::Q5, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q5, false>(a.w, x, g, m0, m1, res);
+      case QuantKind::Q5:  // Q5_K's compact factors: u6
+        store == kCompactU6 ? vector_group_any<QuantKind::Q5, kCompactU6>(a.w, x, g, m0, m1, res)
+        : store == kF16     ? vector_group_any<QuantKind::Q5, kF16>(a.w, x, g, m0, m1, res)
+                            : vector_group_any<QuantKind::Q5, kF32>(a.w, x, g, m0, m1, res);
         break;
       default:
-        half ? vector_group_any<QuantKind::Q4, true>(a.w, x, g, m0, m1, res) : vector_group_any<QuantKind::Q4, false>(a.w, x, g, m0, m1, res);
+        store == kCompactU6 ? vector_group_any<QuantKind::Q4, kCompactU6>(a.w, x, g, m0, m1, res)
+        : store == kF16     ? vector_group_any<QuantKind::Q4, kF16>(a.w, x, g, m0, m1, res)
+                            : vector_group_any<QuantKind::Q4, kF32>(a.w, x, g, m0, m1, res);
     }
 #else
     scalar_group(a, x, g, m0, m1, &res[0][0]);
@@ -394,7 +441,8 @@ void quant_tiles_neon_linear(const QuantLinearArgs& a, const Runtime& rt) {
 
 void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t num_ids, DType dt, void* out,
                            int64_t out_stride, const Runtime& rt) {
-  const int64_t K = w.k, nb = K / 32;
+  const int64_t K = w.k, nb = K / 32, supers = K / 256;
+  const Factors store = factors_of(w);
   rt.parallel_for(num_ids, grain_for(K), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t g = ids[i] / kNeonTileRows;
@@ -405,13 +453,12 @@ void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t
         for (int64_t b = 0; b < nb; ++b) {
           const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * nb + b) * block_bytes(w.kind);
           const uint16_t* high = high_bits(w, g, nb, b);
-          const int64_t at = (g * nb + b) * kNeonTileRows + n;
           for (int e = 0; e < 32; ++e) {
             const float s = w.kind == QuantKind::Q8Halves
-                                ? factor(w.half_factors, w.scales, (g * 2 * nb + 2 * b + e / 16) * kNeonTileRows + n)
-                                : factor(w.half_factors, w.scales, at);
+                                ? tile_factor(store, w.scales, g, 2 * b + e / 16, 2 * nb, supers, n)
+                                : tile_factor(store, w.scales, g, b, nb, supers, n);
             float value = s * float(element(w.kind, blk, high, n, e));  // two roundings, as numpy does it
-            if (w.mins != nullptr) value = value + factor(w.half_factors, w.mins, at);
+            if (w.mins != nullptr) value = value + tile_factor(store, w.mins, g, b, nb, supers, n);
             else if (w.min_offset != 0) value = value + float(w.min_offset) * s;
             o[32 * b + e] = from_float<T>(value);
           }

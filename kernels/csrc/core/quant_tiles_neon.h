@@ -10,8 +10,9 @@
 //       nibble = element 8s+j, high = element 16+8s+j (one AND and one shift give operands c = s and s + 2)
 //   Q5 as Q4, and its high bits (the row layout's [N, K/32] uint32) as 32 uint16 a block, [p][c]: bit 8h+j =
 //       bit 4 of element 8c+j of row 16g+2p+h (a bit mask of one SMMLA operand's lanes)
-//   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout
-//   (as quant_tiles.h)
+//   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout,
+//   or compact for K-quants (Q4_K / Q5_K's u6 sc and m, Q6_K's i8 sc, and fp16 per 256 elements): the bytes
+//   and order of quant_tiles.h, read through tile_factors.h, so a K-quant is held in the file's factor bytes
 // Activations are quantized per call (quantize_activations) and laid out in token pairs the same way:
 // [pair][block][c][token 0..1][j], a lone last token paired with zeros.
 // Every output (token m, row n) is computed as quant_tiles.h says, lane by lane:

@@ -42,8 +42,8 @@ inline QuantWeightView quant_weight_view(const char* op, const at::Tensor& value
   LLMCHAT_CHECK(w.k % 32 == 0 && w.k > 0, op, "K must be a positive multiple of 32, got ", w.k);
   const int64_t nb = w.k / 32;
   LLMCHAT_CHECK(!w.tiled || w.n % kTileRows == 0, op, "a tiled weight has a multiple of 16 rows, got ", w.n);
-  LLMCHAT_CHECK(!w.compact_factors || (w.tiled && quant_tiles_compiled() && w.kind != QuantKind::Q8 && w.k % 256 == 0),
-                op, "compact (uint8) factors are for K-quant weights (K % 256 == 0) in the x86 tile layout");
+  LLMCHAT_CHECK(!w.compact_factors || (w.tiled && w.kind != QuantKind::Q8 && w.k % 256 == 0), op,
+                "compact (uint8) factors are for K-quant weights (K % 256 == 0) in a tile layout");
   const int64_t subs = w.kind == QuantKind::Q8Halves || w.kind == QuantKind::Q6 ? 2 * nb : nb;
   // compact: Q4_K/Q5_K's integers in 6 bits (8 bytes a row per 256 with the fp16), Q6_K's in 8 (quant_tiles.h)
   const int64_t compact_cols = nibbles ? 8 * (w.k / 256) : subs + 2 * (w.k / 256);
