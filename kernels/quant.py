@@ -121,8 +121,9 @@ class QuantWeight:
             six = self.kind in SIX_BIT_FACTOR_KINDS
             scales, mins = (None if t is None else _compact_group_major(t, self.k // 256, six)
                             for t in self.packed_factors)
+        planes = 2 if self.kind == "q6" else 1
         if neon_layout.ACTIVE:  # ARM: SMMLA's operand order (csrc/core/quant_tiles_neon.h)
-            high = neon_layout.tile_high(self.high) if self.high is not None else None
+            high = neon_layout.tile_high(self.high, planes) if self.high is not None else None
             return replace(self, values=neon_layout.tile_values(self.values, self.kind), high=high,
                            scales=scales, mins=mins, tiled=True, packed_factors=None)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK
@@ -189,7 +190,7 @@ class QuantWeight:
             scales = _expand_compact(packed[0], subs, signed=self.kind in HALVES_KINDS)
             mins = None if packed[1] is None else _expand_compact(packed[1], nb, signed=False)
         if neon_layout.ACTIVE:
-            high = neon_layout.untile_high(self.high) if self.high is not None else None
+            high = neon_layout.untile_high(self.high, 2 if self.kind == "q6" else 1) if self.high is not None else None
             return replace(self, values=neon_layout.untile_values(self.values, self.kind), high=high,
                            scales=scales, mins=mins, tiled=False, packed_factors=packed)
         if self.kind in ("q8", "q8h"):
@@ -314,11 +315,17 @@ def _untile_plane(words: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def holds_q6() -> bool:
-    """Whether GGUF Q6_K is held in its own 6 bits ("q6", the file's bytes): where x86's tile layout runs it
-    (AVX512-VNNI), by default. There decode reads the fewest bytes and is faster for it (docs/performance.md);
-    LLMCHAT_Q6K_BITS=8 widens it to 8 bits ("q8h", 1.3x those tensors' bytes) instead. Elsewhere it is always
-    widened: only the tiles rebuild its bytes in registers (the row paths unpack 6 bits one by one)."""
-    return os.environ.get("LLMCHAT_Q6K_BITS", "").strip() != "8" and _wide_q8()
+    """Whether GGUF Q6_K is held in its own 6 bits ("q6", the file's bytes): where a tile layout runs it (x86
+    with AVX512-VNNI, ARM), by default. There decode reads the fewest bytes and is faster for it
+    (docs/performance.md); LLMCHAT_Q6K_BITS=8 widens it to 8 bits ("q8h", 1.3x those tensors' bytes) instead.
+    Elsewhere (AVX2) it is always widened: only the tiles rebuild its bytes in registers (the row paths unpack 6
+    bits one by one)."""
+    if os.environ.get("LLMCHAT_Q6K_BITS", "").strip() == "8":
+        return False
+    try:
+        return tiles_native()
+    except RuntimeError:  # no compiled kernels: nothing runs the layout here
+        return False
 
 
 def _wide_q8() -> bool:

@@ -1,16 +1,18 @@
 """The ARM tile layout of quantized weights (csrc/core/quant_tiles_neon.h): what `QuantWeight.tiled_copy()`
 makes on an aarch64 machine, where x86's order (csrc/core/quant_tiles.h) would serve no kernel. Groups of 16
 rows, each block's row pairs interleaved in 8-byte chunks: the order SMMLA reads its weight operand in, so the
-kernels interleave nothing per call. A byte permutation of the values, q5's high bits as one 16-bit mask per
-SMMLA operand; factors go group-major as on x86. Every kind tiles (`takes` says which kinds may)."""
+kernels interleave nothing per call. A byte permutation of the values, q5's high bits (and q6's two planes) as
+one 16-bit mask per SMMLA operand; factors go group-major as on x86, compact K-quant factors in x86's bytes.
+Every kind tiles (`takes` says which kinds may)."""
 from __future__ import annotations
 
 import platform
 
+import numpy as np
 import torch
 
 ACTIVE = platform.machine().lower() in ("aarch64", "arm64")  # the layout `tiled` means on this machine
-KINDS = ("q8", "q8h", "q4", "q5")
+KINDS = ("q8", "q8h", "q4", "q5", "q6")
 ROWS = 16
 
 
@@ -20,7 +22,7 @@ def takes(kind: str) -> bool:
 
 
 def _dims(values: torch.Tensor, kind: str) -> tuple[int, int, int]:
-    row_block = 16 if kind in ("q4", "q5") else 32  # bytes of one row's block: nibbles or int8
+    row_block = 16 if kind in ("q4", "q5", "q6") else 32  # bytes of one row's block: nibbles or int8
     return values.shape[0] // ROWS, values.shape[1] // row_block, row_block // 8
 
 
@@ -38,21 +40,31 @@ def untile_values(values: torch.Tensor, kind: str) -> torch.Tensor:
     return v.contiguous().view(values.shape)
 
 
-def tile_high(high: torch.Tensor) -> torch.Tensor:
+GROUPS_AT_ONCE = 2048  # 16-row groups of a bit plane reordered at a time: a byte per bit, ~50 MB of temporaries
+
+
+def tile_high(high: torch.Tensor, planes: int = 1) -> torch.Tensor:
     """q5's high bits [N, nb] int32 (bit e = bit 4 of element e) -> 32 uint16 a group's block, [p][c]: bit 8h + j
-    = bit 4 of element 8c + j of row 16g + 2p + h (same shape and dtype)."""
-    n, nb = high.shape
+    = bit 4 of element 8c + j of row 16g + 2p + h (same shape and dtype). planes = 2: q6's [N, 2 nb], per block
+    a word of bit 4 then one of bit 5 -> per group's block the two planes' 32 uint16 each."""
+    n, nb = high.shape[0], high.shape[1] // planes
     groups = n // ROWS
-    bits = (high.to(torch.int64).view(groups, ROWS // 2, 2, nb, 1) >> torch.arange(32)) & 1   # [g, p, h, b, e]
-    bits = bits.view(groups, ROWS // 2, 2, nb, 4, 8).permute(0, 3, 1, 4, 2, 5).reshape(groups, nb, ROWS // 2, 4, 16)
-    words = (bits << torch.arange(16)).sum(-1)                                  # [g, b, p, c] as 0..65535
-    return words.to(torch.int32).to(torch.int16).contiguous().view(torch.int32).view(high.shape)  # wraps like uint16
+    rows = np.ascontiguousarray(high.numpy()).view(np.uint8).reshape(groups, ROWS // 2, 2, nb, planes, 4)
+    out = np.empty((groups, nb, planes, ROWS // 2, 4, 2), dtype=np.uint8)
+    for g in range(0, groups, GROUPS_AT_ONCE):
+        bits = np.unpackbits(rows[g:g + GROUPS_AT_ONCE], axis=-1, bitorder="little")   # [g, p, h, b, plane, e]
+        bits = bits.reshape(*bits.shape[:5], 4, 8).transpose(0, 3, 4, 1, 5, 2, 6)       # [g, b, plane, p, c, h, j]
+        out[g:g + GROUPS_AT_ONCE] = np.packbits(bits.reshape(*bits.shape[:5], 16), axis=-1, bitorder="little")
+    return torch.from_numpy(out.reshape(n, -1).view(np.int32).reshape(high.shape))
 
 
-def untile_high(high: torch.Tensor) -> torch.Tensor:
-    n, nb = high.shape
+def untile_high(high: torch.Tensor, planes: int = 1) -> torch.Tensor:
+    n, nb = high.shape[0], high.shape[1] // planes
     groups = n // ROWS
-    words = high.contiguous().view(torch.int16).to(torch.int64).view(groups, nb, ROWS // 2, 4, 1) & 0xFFFF
-    bits = (words >> torch.arange(16)) & 1                                      # [g, b, p, c, h j]
-    bits = bits.view(groups, nb, ROWS // 2, 4, 2, 8).permute(0, 2, 4, 1, 3, 5).reshape(n, nb, 32)
-    return (bits << torch.arange(32)).sum(-1).to(torch.int32)                   # wraps like uint32
+    tiles = np.ascontiguousarray(high.numpy()).view(np.uint8).reshape(groups, nb, planes, ROWS // 2, 4, 2)
+    out = np.empty((groups, ROWS // 2, 2, nb, planes, 4), dtype=np.uint8)
+    for g in range(0, groups, GROUPS_AT_ONCE):
+        bits = np.unpackbits(tiles[g:g + GROUPS_AT_ONCE], axis=-1, bitorder="little")  # [g, b, plane, p, c, 16]
+        bits = bits.reshape(*bits.shape[:5], 2, 8).transpose(0, 3, 5, 1, 2, 4, 6)       # [g, p, h, b, plane, c, j]
+        out[g:g + GROUPS_AT_ONCE] = np.packbits(bits.reshape(*bits.shape[:5], 32), axis=-1, bitorder="little")
+    return torch.from_numpy(out.reshape(n, -1).view(np.int32).reshape(high.shape))

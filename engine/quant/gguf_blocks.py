@@ -6,9 +6,9 @@ Signed 4/5-bit types (Q4_0, Q5_0) become unsigned values with min = -8 d (-16 d)
 stored: d * q - 8 d is exact in fp32, so nothing rounds differently. Types whose factors are fp16 in the file
 (Q8_0, Q4_0/1, Q5_0/1) keep them in fp16, so memory is the file's size. K-quants' 6-bit sub-block scales are
 folded into fp32 scales per 32 (d * sc and dmin * m are exact products of an fp16 and a small integer), and
-kept as the file has them too (`packed_factors`: the integers and the fp16 d, -dmin per 256), which the x86 tile
-layout runs instead: a Q4_K weight then takes the file's bytes, not 2 bits a weight more. Q6_K keeps its 6 bits
-("q6") where the x86 tile layout runs them, else it is widened to 8 ("q8h").
+kept as the file has them too (`packed_factors`: the integers and the fp16 d, -dmin per 256), which the tile
+layouts (x86, ARM) run instead: a Q4_K weight then takes the file's bytes, not 2 bits a weight more. Q6_K keeps its 6 bits
+("q6") where a tile layout runs them (x86 with AVX512-VNNI, ARM), else it is widened to 8 ("q8h").
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import llmchat.kernels as K
 from llmchat.kernels.quant import QuantWeight
 
 KINDS = ["q8", "q8h", "q4", "q5", "q6"]
-NEON_TILE_KINDS = ["q8", "q8h", "q4", "q5"]  # ARM's tile layout holds Q6_K as q8h: q6 stays in rows there
+NEON_TILE_KINDS = ["q8", "q8h", "q4", "q5", "q6"]  # every kind, Q6_K in its 6 bits too
 
 
 # how a weight's block factors are stored: fp32 scales and mins, fp16 ones, or fp16 scales with min = -8 scale

@@ -1,6 +1,6 @@
 // Standalone test of the ARM tile layout (core/quant_tiles_neon.h), built natively (its scalar loop) and
 // cross-compiled for aarch64 plain NEON, dotprod and i8mm by test_quant_neon_tiles_builds.py.
-// For every kind (Q4 / Q5 with stored mins, Q4_0 / Q5_0's implied min, none), fp32, fp16 and compact factors
+// For every kind (Q8, Q8Halves, Q4 / Q5 with stored mins, Q4_0 / Q5_0's implied min, none; Q6), fp32, fp16 and compact factors
 // (K-quants: the file's integers and fp16 super-factors, in quant_tiles.h's order), dtypes f32 / bf16 / f16, it
 //   - tiles a random row-layout weight with neon_tile_values / neon_tile_factors and checks the bytes against
 //     the header's formula;
@@ -46,7 +46,7 @@ struct Weight {
   int min_offset;
   bool compact;                                    // K-quant factors: integers (u6 or i8) and fp16 per 256
   std::vector<uint8_t> values, tiled_values;
-  std::vector<uint32_t> high, tiled_high;          // Q5
+  std::vector<uint32_t> high, tiled_high;          // Q5 (one plane), Q6 (two)
   std::vector<float> scales, mins;                 // as the kernel sees them (fp16-rounded with half)
   std::vector<uint16_t> scales_h, mins_h;
   std::vector<uint8_t> tiled_scales, tiled_mins;   // bytes, fp32, fp16 or compact
@@ -56,7 +56,7 @@ struct Weight {
         with_mins(nibbles() && (mins_mode == 1 || compact_)),
         min_offset(nibbles() && mins_mode == 2 && !compact_ ? (kind_ == QuantKind::Q5 ? -16 : -8) : 0),
         compact(compact_) {
-    const int64_t bytes = nibbles() ? n * k / 2 : n * k;
+    const int64_t bytes = nibble_values() ? n * k / 2 : n * k;
     values.resize(size_t(bytes));
     for (auto& v : values) v = uint8_t(next_u64() >> 56);  // every nibble, every int8
     scales.resize(size_t(n * nb * sub()));
@@ -70,10 +70,10 @@ struct Weight {
         auto& h = v == &scales ? scales_h : mins_h;
         for (auto& f : *v) h.push_back(from_float<fp16_t>(f).bits), f = to_float(fp16_t{h.back()});
       }
-    if (kind == QuantKind::Q5) {
-      high.resize(size_t(n * nb)), tiled_high.resize(high.size());
+    if (planes()) {
+      high.resize(size_t(n * nb * planes())), tiled_high.resize(high.size());
       for (auto& h : high) h = uint32_t(next_u64() >> 32);
-      neon_tile_high(n, k, high.data(), tiled_high.data());
+      neon_tile_high(n, k, high.data(), tiled_high.data(), planes());
     }
     tiled_values.resize(values.size());
     neon_tile_values(kind, n, k, values.data(), tiled_values.data());
@@ -121,13 +121,17 @@ struct Weight {
         std::memcpy(group + 16 * int_bytes + (sp * 16 + row) * 2, &halves[size_t(r * supers + sp)], 2);
     }
   }
-  bool nibbles() const { return kind == QuantKind::Q4 || kind == QuantKind::Q5; }
-  int sub() const { return kind == QuantKind::Q8Halves ? 2 : 1; }
-  int q(int64_t r, int64_t e) const {  // stored: s8, or the 4/5-bit value 0..31
-    if (!nibbles()) return int8_t(values[size_t(r * k + e)]);
+  bool nibbles() const { return kind == QuantKind::Q4 || kind == QuantKind::Q5; }  // mins or offsets
+  bool nibble_values() const { return nibbles() || kind == QuantKind::Q6; }
+  int planes() const { return kind == QuantKind::Q5 ? 1 : kind == QuantKind::Q6 ? 2 : 0; }
+  int sub() const { return kind == QuantKind::Q8Halves || kind == QuantKind::Q6 ? 2 : 1; }
+  int q(int64_t r, int64_t e) const {  // stored: s8, or the 4/5-bit value 0..31; Q6: the weight, u - 32
+    if (!nibble_values()) return int8_t(values[size_t(r * k + e)]);
     const uint8_t byte = values[size_t((r * nb + e / 32) * 16 + e % 16)];
-    const int bit4 = kind == QuantKind::Q5 ? int(high[size_t(r * nb + e / 32)] >> (e % 32)) & 1 : 0;
-    return (e % 32 < 16 ? byte & 15 : byte >> 4) | bit4 << 4;
+    int u = e % 32 < 16 ? byte & 15 : byte >> 4;
+    for (int plane = 0; plane < planes(); ++plane)
+      u |= int(high[size_t((r * nb + e / 32) * planes() + plane)] >> (e % 32) & 1) << (4 + plane);
+    return kind == QuantKind::Q6 ? u - 32 : u;
   }
   QuantWeightView view() const {
     QuantWeightView w;
@@ -135,7 +139,7 @@ struct Weight {
     w.compact_factors = compact;
     w.values = tiled_values.data(), w.scales = tiled_scales.data();
     w.mins = with_mins ? tiled_mins.data() : nullptr;
-    w.high = kind == QuantKind::Q5 ? tiled_high.data() : nullptr;
+    w.high = planes() ? tiled_high.data() : nullptr;
     return w;
   }
 };
@@ -143,7 +147,7 @@ struct Weight {
 void check_bytes(const Weight& w) {
   ++checks;
   int bad = 0;
-  const int64_t row_block = w.nibbles() ? 16 : 32;
+  const int64_t row_block = w.nibble_values() ? 16 : 32;
   for (int64_t r = 0; r < w.n; ++r)
     for (int64_t b = 0; b < w.nb; ++b)
       for (int64_t i = 0; i < row_block; ++i) {  // the header: [g][b][p][c][h][j], c = i / 8, j = i % 8
@@ -267,7 +271,7 @@ int main() {
   const int64_t ns[] = {16, 48, 32, 80};
   const int64_t ks[] = {32, 96, 576};
   int i = 0;
-  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5})
+  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5, QuantKind::Q6})
     for (int64_t k : ks)
       for (int64_t m : ms) {
         const int64_t n = ns[size_t(i) % 4];
@@ -279,16 +283,16 @@ int main() {
         ++i;
       }
   // compact factors (K-quants: Q4_K / Q5_K's u6 sc and m, Q6_K held as Q8Halves with its i8 sc), K % 256 == 0
-  for (QuantKind kind : {QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5})
+  for (QuantKind kind : {QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5, QuantKind::Q6})
     for (int64_t k : {256, 768})
       for (int64_t m : {1, 3, 16, 17, 70}) {
         check_linear<float>(kind, m, ns[size_t(i) % 4], k, false, 1, i % 2 == 0, 1 + i % 3, true);
         check_linear<bf16_t>(kind, m, ns[size_t(i + 1) % 4], k, false, 1, i % 2 == 1, 1 + (i + 1) % 3, true);
         ++i;
       }
-  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5})
+  for (QuantKind kind : {QuantKind::Q8, QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5, QuantKind::Q6})
     for (int mins : {0, 1, 2}) check_rows(kind, 32, 96, mins == 1, mins);
-  for (QuantKind kind : {QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5}) check_rows(kind, 32, 512, false, 1, true);
+  for (QuantKind kind : {QuantKind::Q8Halves, QuantKind::Q4, QuantKind::Q5, QuantKind::Q6}) check_rows(kind, 32, 512, false, 1, true);
   std::printf("digest=%016llx\n", (unsigned long long)digest);
   std::printf("isa=%s\n", quant_tiles_neon_isa());
   std::printf("ok %d checks, %d failed\n", checks, failures);

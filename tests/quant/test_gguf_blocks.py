@@ -126,22 +126,23 @@ def test_k_quant_tiles_keep_the_file_factors(type_name):
     assert all(torch.equal(a, b) for a, b in zip(into.present(), compact.present()))
 
 
-@pytest.mark.parametrize("type_name", list(K_QUANTS))
-def test_the_arm_tile_layout_keeps_the_file_factors_too(type_name, monkeypatch):
+@pytest.mark.parametrize("type_name,bits", [("Q4_K", ""), ("Q5_K", ""), ("Q6_K", ""), ("Q6_K", "8")])
+def test_the_arm_tile_layout_keeps_the_file_factors_too(type_name, bits, monkeypatch):
     """On any host, the reordering an ARM machine does (pure torch): a K-quant tiles with the file's factor bytes
-    (Q6_K as 8-bit values with its i8 sc, as ARM holds it), back to the same row weight, dequantized as the file
-    is; the op on ARM runs it in the emulated CI job (test_k_quant_tiles_keep_the_file_factors)."""
+    (Q6_K in its 6 bits, and as 8-bit values with its i8 sc under LLMCHAT_Q6K_BITS=8), back to the same row
+    weight, dequantized as the file is; the op on ARM runs it in the emulated CI job
+    (test_k_quant_tiles_keep_the_file_factors)."""
     import llmchat.kernels.quant_neon_layout as neon_layout
     monkeypatch.setattr(neon_layout, "ACTIVE", True)
-    monkeypatch.setenv("LLMCHAT_Q6K_BITS", "8")
+    monkeypatch.setenv("LLMCHAT_Q6K_BITS", bits)
     rows, cols = 48, 512
     raw = random_k_blocks(type_name, rows, cols, seed=9)
     want = torch.from_numpy(dequantize(raw, T[type_name]))
     w = repack(type_name, raw, rows, cols)
-    assert w.kind in ("q4", "q5", "q8h") and neon_layout.takes(w.kind)
+    assert w.kind in ("q4", "q5", "q6", "q8h") and neon_layout.takes(w.kind)
     compact, fp32 = w.tiled_copy(), w.tiled_copy(compact=False)
     assert compact.compact and not fp32.compact and torch.equal(compact.values, fp32.values)
-    held, file = {"Q4_K": (144, 144), "Q5_K": (176, 176), "Q6_K": (274, 210)}[type_name]
+    held, file = {"q4": (144, 144), "q5": (176, 176), "q6": (210, 210), "q8h": (274, 210)}[w.kind]
     assert compact.nbytes * file <= held * raw.nbytes < fp32.nbytes * file
     assert torch.equal(compact.dequantize(), want) and torch.equal(fp32.dequantize(), want)
     back = compact.untiled()
@@ -153,7 +154,7 @@ def test_the_arm_tile_layout_keeps_the_file_factors_too(type_name, monkeypatch):
     assert torch.equal(compact.rows(slice(16, 48)).dequantize(), want[16:48])
 
 
-@pytest.mark.skipif(not tiles_isa().startswith("avx512"), reason="the x86 tile layout (AVX512-VNNI) runs Q6_K in 6 bits")
+@pytest.mark.skipif(not K.tiles_native(), reason="a tile layout (x86 with AVX512-VNNI, ARM) runs Q6_K in 6 bits")
 def test_q6_k_in_its_own_6_bits_gives_the_bits_of_its_8_bit_form(monkeypatch):
     """Q6_K held as nibbles and two bit planes ("q6", the default here) dequantizes as the file does and is read
     into the same bytes its 8-bit form ("q8h": one int8 a weight, LLMCHAT_Q6K_BITS=8) holds, so every path gives

@@ -27,11 +27,15 @@ namespace llmchat {
 namespace {
 
 constexpr int kPairs = kNeonTileRows / 2;  // row pairs a group
-constexpr bool nibbles(QuantKind k) { return k == QuantKind::Q4 || k == QuantKind::Q5; }
-constexpr int64_t block_bytes(QuantKind k) { return nibbles(k) ? 256 : 512; }
-// Q5's bit planes of a block: 32 uint16 [p][c], bit 8h + j = bit 4 of element 8c + j of row 2p + h.
+constexpr bool nibbles(QuantKind k) { return k == QuantKind::Q4 || k == QuantKind::Q5; }  // with mins or offsets
+constexpr bool nibble_values(QuantKind k) { return nibbles(k) || k == QuantKind::Q6; }
+constexpr bool halves(QuantKind k) { return k == QuantKind::Q8Halves || k == QuantKind::Q6; }  // scales per 16
+constexpr int64_t block_bytes(QuantKind k) { return nibble_values(k) ? 256 : 512; }
+// A block's bit planes: 32 uint16 [p][c] each, bit 8h + j = bit 4 (Q6: then a plane of bit 5) of element 8c + j
+// of row 2p + h.
 inline const uint16_t* high_bits(const QuantWeightView& w, int64_t g, int64_t nb, int64_t b) {
-  return w.high ? reinterpret_cast<const uint16_t*>(w.high) + (g * nb + b) * 32 : nullptr;
+  const int64_t planes = w.kind == QuantKind::Q6 ? 2 : 1;
+  return w.high ? reinterpret_cast<const uint16_t*>(w.high) + (g * nb + b) * 32 * planes : nullptr;
 }
 
 // The activations of one call: plain (q [M, K], d, dsum [M, nb], offsets [M, nb] = offset * sum(q) or null)
@@ -48,13 +52,16 @@ struct Acts {
   int64_t m, k, nb;
 };
 
-// Element e (0..31) of row n (0..15) of a block, as stored (s8, or the 4/5-bit value 0..31).
+// Element e (0..31) of row n (0..15) of a block, as stored (s8, or the 4/5-bit value 0..31), Q6 as its signed
+// weight (u - 32, the value its 8-bit form Q8Halves stores).
 int element(QuantKind kind, const uint8_t* blk, const uint16_t* high, int n, int e) {
   const int p = n / 2, h = n % 2;
-  if (!nibbles(kind)) return int8_t(blk[64 * p + 16 * (e / 8) + 8 * h + e % 8]);
+  if (!nibble_values(kind)) return int8_t(blk[64 * p + 16 * (e / 8) + 8 * h + e % 8]);
   const int byte = e % 16, v = blk[32 * p + 16 * (byte / 8) + 8 * h + byte % 8];
   const int bit4 = high ? (high[4 * p + e / 8] >> (8 * h + e % 8)) & 1 : 0;
-  return (e < 16 ? v & 15 : v >> 4) | bit4 << 4;
+  const int u = (e < 16 ? v & 15 : v >> 4) | bit4 << 4;
+  if (kind != QuantKind::Q6) return u;
+  return (u | ((high[32 + 4 * p + e / 8] >> (8 * h + e % 8)) & 1) << 5) - 32;
 }
 
 // acc[r][t] of group g's 16 rows for tokens [m0, m1): the reference loop of the layout's math.
@@ -68,7 +75,7 @@ int element(QuantKind kind, const uint8_t* blk, const uint16_t* high, int n, int
       for (int64_t b = 0; b < x.nb; ++b) {
         const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * x.nb + b) * block_bytes(w.kind);
         const uint16_t* high = high_bits(w, g, x.nb, b);
-        const int sub = w.kind == QuantKind::Q8Halves ? 2 : 1, size = 32 / sub;
+        const int sub = halves(w.kind) ? 2 : 1, size = 32 / sub;
         for (int h = 0; h < sub; ++h) {  // Q8Halves: one sum and scale per 16 elements, in order
           int32_t isum = 0;
           for (int e = size * h; e < size * (h + 1); ++e) isum += element(w.kind, blk, high, n, e) * int32_t(x.q[m * x.k + 32 * b + e]);
@@ -141,7 +148,13 @@ inline void pair_operands(const uint8_t* blk, const uint16_t* high, int p, int8x
   if constexpr (KIND == QuantKind::Q5) {
     pair_operands<QuantKind::Q4>(blk, nullptr, p, op);
     for (int c = 0; c < 4; ++c) op[c] = vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(op[c]), bit4_lanes(high[4 * p + c])));
-  } else if constexpr (!nibbles(KIND)) {
+  } else if constexpr (KIND == QuantKind::Q6) {  // u = nibble | bit 4 | bit 5, then w = u - 32: Q8Halves' bytes
+    pair_operands<QuantKind::Q4>(blk, nullptr, p, op);
+    for (int c = 0; c < 4; ++c) {
+      const uint8x16_t bits = vorrq_u8(bit4_lanes(high[4 * p + c]), vshlq_n_u8(bit4_lanes(high[32 + 4 * p + c]), 1));
+      op[c] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(op[c]), bits)), vdupq_n_s8(32));
+    }
+  } else if constexpr (!nibble_values(KIND)) {
     for (int c = 0; c < 4; ++c) op[c] = vld1q_s8(reinterpret_cast<const int8_t*>(blk) + 64 * p + 16 * c);
   } else {
     const uint8x16_t low = vdupq_n_u8(0x0F), v0 = vld1q_u8(blk + 32 * p), v1 = vld1q_u8(blk + 32 * p + 16);
@@ -163,7 +176,7 @@ inline int32x4_t pair_dot(int32x4_t acc, int8x16_t w, int8x16_t a) {
 // out lanes -> res[t][n] for the 16 rows of a group, T tokens from m0: SDOT (or widening) block sums.
 template <QuantKind KIND, int F, bool MINS, bool OFF, int T>
 void dot_tile(const QuantWeightView& w, const Acts& x, int64_t g, int64_t m0, float (*res)[kNeonTileRows]) {
-  constexpr int kSub = KIND == QuantKind::Q8Halves ? 2 : 1;
+  constexpr int kSub = halves(KIND) ? 2 : 1;
   float32x4_t acc[4][T];
   for (auto& row : acc)
     for (auto& v : row) v = vdupq_n_f32(0.f);
@@ -213,7 +226,7 @@ constexpr int kMmaRowPairs = 4, kMmaTokenPairs = 2;
 template <QuantKind KIND, int F, bool MINS, bool OFF, int RP, int TP>
 void mma_tile(const QuantWeightView& w, const Acts& x, int64_t g, int p0, int64_t t0, float32x4_t (*out)[kMmaTokenPairs]) {
   static_assert(RP % 2 == 0, "row pairs by 4 rows' factors");
-  constexpr int kSub = KIND == QuantKind::Q8Halves ? 2 : 1;
+  constexpr int kSub = halves(KIND) ? 2 : 1;
   float32x4_t acc[RP][TP];
   for (auto& row : acc)
     for (auto& v : row) v = vdupq_n_f32(0.f);
@@ -328,6 +341,11 @@ void run_group(const QuantLinearArgs& a, const Acts& x, int64_t g) {
         : store == kF16     ? vector_group_any<QuantKind::Q5, kF16>(a.w, x, g, m0, m1, res)
                             : vector_group_any<QuantKind::Q5, kF32>(a.w, x, g, m0, m1, res);
         break;
+      case QuantKind::Q6:  // Q6_K in its own 6 bits, i8 sc
+        store == kCompactI8 ? vector_group_any<QuantKind::Q6, kCompactI8>(a.w, x, g, m0, m1, res)
+        : store == kF16     ? vector_group_any<QuantKind::Q6, kF16>(a.w, x, g, m0, m1, res)
+                            : vector_group_any<QuantKind::Q6, kF32>(a.w, x, g, m0, m1, res);
+        break;
       default:
         store == kCompactU6 ? vector_group_any<QuantKind::Q4, kCompactU6>(a.w, x, g, m0, m1, res)
         : store == kF16     ? vector_group_any<QuantKind::Q4, kF16>(a.w, x, g, m0, m1, res)
@@ -389,8 +407,7 @@ bool neon_tiles_compiled() {
 #endif
 }
 
-// Q6 (6-bit Q6_K) is x86's: on ARM Q6_K is held as Q8Halves, and a Q6 weight stays in the row layout.
-bool neon_tiles_take(QuantKind kind) { return kind != QuantKind::Q6; }
+bool neon_tiles_take(QuantKind) { return true; }
 
 const char* quant_tiles_neon_isa() {
 #if !defined(LLMCHAT_NEON_TILES)
@@ -454,7 +471,7 @@ void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t
           const uint8_t* blk = static_cast<const uint8_t*>(w.values) + (g * nb + b) * block_bytes(w.kind);
           const uint16_t* high = high_bits(w, g, nb, b);
           for (int e = 0; e < 32; ++e) {
-            const float s = w.kind == QuantKind::Q8Halves
+            const float s = halves(w.kind)
                                 ? tile_factor(store, w.scales, g, 2 * b + e / 16, 2 * nb, supers, n)
                                 : tile_factor(store, w.scales, g, b, nb, supers, n);
             float value = s * float(element(w.kind, blk, high, n, e));  // two roundings, as numpy does it
@@ -469,7 +486,7 @@ void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t
 }
 
 void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, void* tiled) {
-  const int64_t nb = k / 32, row_block = nibbles(kind) ? 16 : 32, chunks = row_block / 8;
+  const int64_t nb = k / 32, row_block = nibble_values(kind) ? 16 : 32, chunks = row_block / 8;
   const uint8_t* src = static_cast<const uint8_t*>(rows);
   uint8_t* dst = static_cast<uint8_t*>(tiled);
   for (int64_t r = 0; r < n; ++r)  // [g, p, h, b, c, j] -> [g, b, p, c, h, j]
@@ -482,16 +499,18 @@ void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, vo
         }
 }
 
-void neon_tile_high(int64_t n, int64_t k, const uint32_t* rows, uint32_t* tiled) {
+void neon_tile_high(int64_t n, int64_t k, const uint32_t* rows, uint32_t* tiled, int planes) {
   const int64_t nb = k / 32;
   uint16_t* dst = reinterpret_cast<uint16_t*>(tiled);
-  std::memset(dst, 0, size_t(n * nb * 4));
+  std::memset(dst, 0, size_t(n * nb * 4 * planes));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < nb; ++b)
-      for (int e = 0; e < 32; ++e) {
-        const int64_t g = r / kNeonTileRows, p = r % kNeonTileRows / 2, h = r % 2;
-        if ((rows[r * nb + b] >> e) & 1) dst[(g * nb + b) * 32 + 4 * p + e / 8] |= uint16_t(1u << (8 * h + e % 8));
-      }
+      for (int plane = 0; plane < planes; ++plane)
+        for (int e = 0; e < 32; ++e) {
+          const int64_t g = r / kNeonTileRows, p = r % kNeonTileRows / 2, h = r % 2;
+          if ((rows[(r * nb + b) * planes + plane] >> e) & 1)
+            dst[((g * nb + b) * planes + plane) * 32 + 4 * p + e / 8] |= uint16_t(1u << (8 * h + e % 8));
+        }
 }
 
 void neon_tile_factors(int64_t n, int64_t per_row, int elem_bytes, const void* rows, void* tiled) {

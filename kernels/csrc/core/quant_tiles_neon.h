@@ -1,7 +1,7 @@
 // Quantized weights in the ARM tile layout: the order SMMLA (i8mm) reads as its weight operand, so neither the
 // prefill tiles nor decode interleave rows in registers. It is what `tiled` means on an aarch64 build (x86
 // reads the order of quant_tiles.h instead: a weight is tiled once, at load, for the machine it runs on).
-// Every kind (Q8, Q8Halves, Q4, Q5; with or without stored mins, fp32 or fp16 factors).
+// Every kind (Q8, Q8Halves, Q4, Q5, Q6; with or without stored mins, fp32, fp16 or compact factors).
 // A weight with N % 16 == 0 is stored group by group (16 rows = 8 row pairs), each group block by block; the
 // tensors keep the row layout's shapes and dtypes (quant_linear.h), only the order of their bytes changes:
 //   Q8, Q8Halves: 512 bytes a block, [p 0..7][c 0..3][h 0..1][j 0..7] = w of row 16g+2p+h, element 8c+j:
@@ -10,6 +10,9 @@
 //       nibble = element 8s+j, high = element 16+8s+j (one AND and one shift give operands c = s and s + 2)
 //   Q5 as Q4, and its high bits (the row layout's [N, K/32] uint32) as 32 uint16 a block, [p][c]: bit 8h+j =
 //       bit 4 of element 8c+j of row 16g+2p+h (a bit mask of one SMMLA operand's lanes)
+//   Q6 (Q6_K in its 6 bits, u = w + 32) as Q4, and two such planes a block (64 uint16: bit 4, then bit 5); its
+//       operands are rebuilt in registers (OR in both planes' bits, subtract 32) into Q8Halves' signed bytes,
+//       so it gives Q8Halves' bits; scales per 16 elements as Q8Halves
 //   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout,
 //   or compact for K-quants (Q4_K / Q5_K's u6 sc and m, Q6_K's i8 sc, and fp16 per 256 elements): the bytes
 //   and order of quant_tiles.h, read through tile_factors.h, so a K-quant is held in the file's factor bytes
@@ -35,7 +38,7 @@ namespace llmchat {
 inline constexpr int kNeonTileRows = 16;  // weight rows per group (as x86's kTileRows: the same slicing rules)
 
 bool neon_tiles_compiled();           // an aarch64 build: `tiled` weights are in this layout
-bool neon_tiles_take(QuantKind kind);  // the kinds this layout has: all but Q6
+bool neon_tiles_take(QuantKind kind);  // the kinds this layout has: all
 const char* quant_tiles_neon_isa();    // "neon+i8mm", "neon+dotprod", "neon" or "scalar": the block-sum path
 // a.w in this layout: out = x @ W^T (+ bias), as quant_linear.
 void quant_tiles_neon_linear(const QuantLinearArgs& a, const Runtime& rt);
@@ -45,7 +48,8 @@ void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t
 // The layout's bytes from the row layout's (n % 16 == 0): values, and per-block factors
 // (scales or mins, `per_row` entries a row of `elem_bytes` each). For tests and tools; Python reorders in torch.
 void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, void* tiled);
-void neon_tile_high(int64_t n, int64_t k, const uint32_t* rows, uint32_t* tiled);  // Q5's high bits
+// Q5's high bits ([N, K/32] uint32), or Q6's two planes a block (planes = 2: [N, K/16], bit 4 then bit 5)
+void neon_tile_high(int64_t n, int64_t k, const uint32_t* rows, uint32_t* tiled, int planes = 1);
 void neon_tile_factors(int64_t n, int64_t per_row, int elem_bytes, const void* rows, void* tiled);
 
 }  // namespace llmchat
