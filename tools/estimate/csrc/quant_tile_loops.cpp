@@ -9,13 +9,13 @@ namespace {
 using namespace llmchat;
 template <QuantKind KIND, int T>
 void dot_of(const void* w, const void* x, void* res) {
-  dot_tile<KIND, true, false, KIND == QuantKind::Q4, T>(*static_cast<const QuantWeightView*>(w), *static_cast<const Acts*>(x),
+  dot_tile<KIND, kF16, false, KIND == QuantKind::Q4, T>(*static_cast<const QuantWeightView*>(w), *static_cast<const Acts*>(x),
                                                       0, 0, static_cast<float(*)[kNeonTileRows]>(res));
 }
 template <QuantKind KIND>
 void prefill_of(const void* w, const void* x, void* res) {
 #if defined(__ARM_FEATURE_MATMUL_INT8)
-  mma_tile<KIND, true, false, KIND == QuantKind::Q4, kMmaRowPairs, kMmaTokenPairs>(
+  mma_tile<KIND, kF16, false, KIND == QuantKind::Q4, kMmaRowPairs, kMmaTokenPairs>(
       *static_cast<const QuantWeightView*>(w), *static_cast<const Acts*>(x), 0, 0, 0, static_cast<float32x4_t(*)[kMmaTokenPairs]>(res));
 #else
   dot_of<KIND, 4>(w, x, res);
