@@ -58,12 +58,13 @@ def test_high_bits_lie_where_the_header_says():
 
 
 def test_q6_high_bit_planes_lie_where_the_header_says():
-    """Q6_K's bits 4 and 5 ([N, 2 nb]: per block a word of each): per group's block plane 4's 32 uint16, then 5's."""
+    """Q6_K's bits 4 and 5 ([N, 2 nb]: per block a word of each): 128 bytes a group's block, [p][8h + j], bits
+    2c + plane."""
     w = random_weight("q6", 32, 96, seed=8)
-    tiled = neon_layout.tile_high(w.high, planes=2).view(torch.int16).reshape(-1).to(torch.int64) & 0xFFFF
+    tiled = neon_layout.tile_high(w.high, planes=2).view(torch.uint8).reshape(-1).to(torch.int64)
     rows = w.high.to(torch.int64) & 0xFFFFFFFF
     for r, b, e, plane in [(0, 0, 0, 0), (1, 0, 9, 1), (5, 2, 31, 1), (17, 1, 16, 0), (30, 2, 7, 1), (31, 0, 24, 0)]:
         g, p, h, c, j = r // 16, r % 16 // 2, r % 2, e // 8, e % 8
-        got = tiled[((g * 3 + b) * 2 + plane) * 32 + 4 * p + c] >> (8 * h + j) & 1
+        got = tiled[(g * 3 + b) * 128 + 16 * p + 8 * h + j] >> (2 * c + plane) & 1
         assert got == (rows[r, 2 * b + plane] >> e) & 1
     assert torch.equal(neon_layout.untile_high(neon_layout.tile_high(w.high, planes=2), planes=2), w.high)

@@ -35,6 +35,11 @@ OURS = [
     LoopSpec("Q4_0 GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q4_0_prefill"),
     LoopSpec("Q8_0 GEMV (decode)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp", "est_tiles_q8_0_decode"),
     LoopSpec("Q8_0 GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q8_0_prefill"),
+    # K-quants there: Q4_K on the file's u6 sc and m (unpacked once a block for 16 rows), Q6_K in its 6 bits
+    LoopSpec("Q4_K GEMV (decode)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp", "est_tiles_q4_k_decode"),
+    LoopSpec("Q4_K GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q4_k_prefill"),
+    LoopSpec("Q6_K GEMV (decode)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp", "est_tiles_q6_k_decode"),
+    LoopSpec("Q6_K GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q6_k_prefill"),
     # The row layout (core/quant_linear.cpp: other rows counts, and LLMCHAT_QUANT_TILES=0): SDOT tiles; with
     # i8mm SMMLA tiles for every M, decode's one token paired with a copy of itself ("int1": not counted).
     LoopSpec("Q4_0 GEMV, row layout", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q4_0_decode", "int1"),
@@ -91,6 +96,11 @@ LLAMA = [
     LoopSpec("Q8_0 GEMV (decode)", "llama.cpp", "repacked", REPACK, "ggml_gemv_q8_0_4x8_q8_0", needs=frozenset({"i8mm"})),
     LoopSpec("Q8_0 GEMM (prefill)", "llama.cpp", "repacked", REPACK, "ggml_gemm_q8_0_4x4_q8_0", without=frozenset({"i8mm"})),
     LoopSpec("Q8_0 GEMM (prefill)", "llama.cpp", "repacked", REPACK, "ggml_gemm_q8_0_4x8_q8_0", needs=frozenset({"i8mm"})),
+    # K-quants: repacked at load into 8 interleaved rows (8x4 with dotprod, 8x8 with i8mm), the innermost loop
+    # that multiplies (a super-block's sub-blocks; the per-256 scale unpacking outside it is not counted)
+    *(LoopSpec(f"{t} {op}", "llama.cpp", "repacked", REPACK, f"ggml_{fn}_{t.replace('Q', 'q')}_{il}_q8_K", **req)
+      for t in ("Q4_K", "Q6_K") for op, fn in (("GEMV (decode)", "gemv"), ("GEMM (prefill)", "gemm"))
+      for il, req in (("8x4", {"without": frozenset({"i8mm"})}), ("8x8", {"needs": frozenset({"i8mm"})}))),
     # A BF16 GGUF: ggml_vec_dot_bf16 has no NEON path (fp32 products added one by one in double); F16 is the
     # format llama.cpp runs fast on ARM (fp16 FMAs).
     LoopSpec("bf16 GEMV (decode and prefill)", "llama.cpp", "BF16 vec_dot", VEC, "ggml_vec_dot_bf16", "mul"),

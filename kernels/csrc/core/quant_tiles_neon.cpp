@@ -31,8 +31,8 @@ constexpr bool nibbles(QuantKind k) { return k == QuantKind::Q4 || k == QuantKin
 constexpr bool nibble_values(QuantKind k) { return nibbles(k) || k == QuantKind::Q6; }
 constexpr bool halves(QuantKind k) { return k == QuantKind::Q8Halves || k == QuantKind::Q6; }  // scales per 16
 constexpr int64_t block_bytes(QuantKind k) { return nibble_values(k) ? 256 : 512; }
-// A block's bit planes: 32 uint16 [p][c] each, bit 8h + j = bit 4 (Q6: then a plane of bit 5) of element 8c + j
-// of row 2p + h.
+// A block's high bits: Q5's 32 uint16 [p][c], bit 8h + j = bit 4 of element 8c + j of row 2p + h; Q6's 128
+// bytes [p][8h + j], bits 2c, 2c + 1 = bits 4, 5 of element 8c + j of row 2p + h (read as bytes).
 inline const uint16_t* high_bits(const QuantWeightView& w, int64_t g, int64_t nb, int64_t b) {
   const int64_t planes = w.kind == QuantKind::Q6 ? 2 : 1;
   return w.high ? reinterpret_cast<const uint16_t*>(w.high) + (g * nb + b) * 32 * planes : nullptr;
@@ -58,10 +58,11 @@ int element(QuantKind kind, const uint8_t* blk, const uint16_t* high, int n, int
   const int p = n / 2, h = n % 2;
   if (!nibble_values(kind)) return int8_t(blk[64 * p + 16 * (e / 8) + 8 * h + e % 8]);
   const int byte = e % 16, v = blk[32 * p + 16 * (byte / 8) + 8 * h + byte % 8];
-  const int bit4 = high ? (high[4 * p + e / 8] >> (8 * h + e % 8)) & 1 : 0;
+  const int bit4 = high && kind == QuantKind::Q5 ? (high[4 * p + e / 8] >> (8 * h + e % 8)) & 1 : 0;
   const int u = (e < 16 ? v & 15 : v >> 4) | bit4 << 4;
   if (kind != QuantKind::Q6) return u;
-  return (u | ((high[32 + 4 * p + e / 8] >> (8 * h + e % 8)) & 1) << 5) - 32;
+  const uint8_t crumbs = reinterpret_cast<const uint8_t*>(high)[16 * p + 8 * h + e % 8];
+  return (u & 15 | (crumbs >> (2 * (e / 8)) & 3) << 4) - 32;
 }
 
 // acc[r][t] of group g's 16 rows for tokens [m0, m1): the reference loop of the layout's math.
@@ -148,12 +149,13 @@ inline void pair_operands(const uint8_t* blk, const uint16_t* high, int p, int8x
   if constexpr (KIND == QuantKind::Q5) {
     pair_operands<QuantKind::Q4>(blk, nullptr, p, op);
     for (int c = 0; c < 4; ++c) op[c] = vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(op[c]), bit4_lanes(high[4 * p + c])));
-  } else if constexpr (KIND == QuantKind::Q6) {  // u = nibble | bit 4 | bit 5, then w = u - 32: Q8Halves' bytes
+  } else if constexpr (KIND == QuantKind::Q6) {  // u = nibble | crumb << 4, then w = u - 32: Q8Halves' bytes
     pair_operands<QuantKind::Q4>(blk, nullptr, p, op);
-    for (int c = 0; c < 4; ++c) {
-      const uint8x16_t bits = vorrq_u8(bit4_lanes(high[4 * p + c]), vshlq_n_u8(bit4_lanes(high[32 + 4 * p + c]), 1));
-      op[c] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(op[c]), bits)), vdupq_n_s8(32));
-    }
+    const uint8x16_t crumbs = vld1q_u8(reinterpret_cast<const uint8_t*>(high) + 16 * p), mask = vdupq_n_u8(0x30);
+    const uint8x16_t hi[4] = {vandq_u8(vshlq_n_u8(crumbs, 4), mask), vandq_u8(vshlq_n_u8(crumbs, 2), mask),
+                              vandq_u8(crumbs, mask), vandq_u8(vshrq_n_u8(crumbs, 2), mask)};
+    for (int c = 0; c < 4; ++c)
+      op[c] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(op[c]), hi[c])), vdupq_n_s8(32));
   } else if constexpr (!nibble_values(KIND)) {
     for (int c = 0; c < 4; ++c) op[c] = vld1q_s8(reinterpret_cast<const int8_t*>(blk) + 64 * p + 16 * c);
   } else {
@@ -502,14 +504,16 @@ void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, vo
 void neon_tile_high(int64_t n, int64_t k, const uint32_t* rows, uint32_t* tiled, int planes) {
   const int64_t nb = k / 32;
   uint16_t* dst = reinterpret_cast<uint16_t*>(tiled);
+  uint8_t* crumbs = reinterpret_cast<uint8_t*>(tiled);
   std::memset(dst, 0, size_t(n * nb * 4 * planes));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < nb; ++b)
       for (int plane = 0; plane < planes; ++plane)
         for (int e = 0; e < 32; ++e) {
           const int64_t g = r / kNeonTileRows, p = r % kNeonTileRows / 2, h = r % 2;
-          if ((rows[(r * nb + b) * planes + plane] >> e) & 1)
-            dst[((g * nb + b) * planes + plane) * 32 + 4 * p + e / 8] |= uint16_t(1u << (8 * h + e % 8));
+          if (!((rows[(r * nb + b) * planes + plane] >> e) & 1)) continue;
+          if (planes == 1) dst[(g * nb + b) * 32 + 4 * p + e / 8] |= uint16_t(1u << (8 * h + e % 8));
+          else crumbs[(g * nb + b) * 128 + 16 * p + 8 * h + e % 8] |= uint8_t(1u << (2 * (e / 8) + plane));
         }
 }
 

@@ -10,9 +10,10 @@
 //       nibble = element 8s+j, high = element 16+8s+j (one AND and one shift give operands c = s and s + 2)
 //   Q5 as Q4, and its high bits (the row layout's [N, K/32] uint32) as 32 uint16 a block, [p][c]: bit 8h+j =
 //       bit 4 of element 8c+j of row 16g+2p+h (a bit mask of one SMMLA operand's lanes)
-//   Q6 (Q6_K in its 6 bits, u = w + 32) as Q4, and two such planes a block (64 uint16: bit 4, then bit 5); its
-//       operands are rebuilt in registers (OR in both planes' bits, subtract 32) into Q8Halves' signed bytes,
-//       so it gives Q8Halves' bits; scales per 16 elements as Q8Halves
+//   Q6 (Q6_K in its 6 bits, u = w + 32) as Q4, and bits 4-5 as 128 bytes a block, [p][8h + j]: bits 2c, 2c+1 =
+//       bits 4, 5 of element 8c+j of row 16g+2p+h (one load serves a row pair's 4 operands: a shift and an AND
+//       each); its operands are rebuilt in registers (OR, subtract 32) into Q8Halves' signed bytes, so it gives
+//       Q8Halves' bits; scales per 16 elements as Q8Halves
 //   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout,
 //   or compact for K-quants (Q4_K / Q5_K's u6 sc and m, Q6_K's i8 sc, and fp16 per 256 elements): the bytes
 //   and order of quant_tiles.h, read through tile_factors.h, so a K-quant is held in the file's factor bytes
@@ -48,7 +49,7 @@ void quant_tiles_neon_rows(const QuantWeightView& w, const int64_t* ids, int64_t
 // The layout's bytes from the row layout's (n % 16 == 0): values, and per-block factors
 // (scales or mins, `per_row` entries a row of `elem_bytes` each). For tests and tools; Python reorders in torch.
 void neon_tile_values(QuantKind kind, int64_t n, int64_t k, const void* rows, void* tiled);
-// Q5's high bits ([N, K/32] uint32), or Q6's two planes a block (planes = 2: [N, K/16], bit 4 then bit 5)
+// Q5's high bits ([N, K/32] uint32), or Q6's (planes = 2: [N, K/16], a word of bit 4 then one of bit 5 a block)
 void neon_tile_high(int64_t n, int64_t k, const uint32_t* rows, uint32_t* tiled, int planes = 1);
 void neon_tile_factors(int64_t n, int64_t per_row, int elem_bytes, const void* rows, void* tiled);
 
