@@ -40,6 +40,8 @@ OURS = [
     LoopSpec("Q4_K GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q4_k_prefill"),
     LoopSpec("Q6_K GEMV (decode)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp", "est_tiles_q6_k_decode"),
     LoopSpec("Q6_K GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q6_k_prefill"),
+    LoopSpec("Q6_K GEMV, 8 bits (LLMCHAT_Q6K_BITS=8)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp",
+             "est_tiles_q6_k_8bit_decode"),
     # The row layout (core/quant_linear.cpp: other rows counts, and LLMCHAT_QUANT_TILES=0): SDOT tiles; with
     # i8mm SMMLA tiles for every M, decode's one token paired with a copy of itself ("int1": not counted).
     LoopSpec("Q4_0 GEMV, row layout", "llmchat", "tile 4x1", "quant_loops.cpp", "est_q4_0_decode", "int1"),

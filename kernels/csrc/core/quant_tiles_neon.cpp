@@ -150,12 +150,14 @@ inline void pair_operands(const uint8_t* blk, const uint16_t* high, int p, int8x
     pair_operands<QuantKind::Q4>(blk, nullptr, p, op);
     for (int c = 0; c < 4; ++c) op[c] = vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(op[c]), bit4_lanes(high[4 * p + c])));
   } else if constexpr (KIND == QuantKind::Q6) {  // u = nibble | crumb << 4, then w = u - 32: Q8Halves' bytes
-    pair_operands<QuantKind::Q4>(blk, nullptr, p, op);
-    const uint8x16_t crumbs = vld1q_u8(reinterpret_cast<const uint8_t*>(high) + 16 * p), mask = vdupq_n_u8(0x30);
-    const uint8x16_t hi[4] = {vandq_u8(vshlq_n_u8(crumbs, 4), mask), vandq_u8(vshlq_n_u8(crumbs, 2), mask),
-                              vandq_u8(crumbs, mask), vandq_u8(vshrq_n_u8(crumbs, 2), mask)};
-    for (int c = 0; c < 4; ++c)
-      op[c] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(op[c]), hi[c])), vdupq_n_s8(32));
+    // shift-and-insert puts a nibble and its crumb in one byte: crumb c sits at bits 2c, 2c + 1 of `crumbs`
+    const uint8x16_t v0 = vld1q_u8(blk + 32 * p), v1 = vld1q_u8(blk + 32 * p + 16);
+    const uint8x16_t crumbs = vld1q_u8(reinterpret_cast<const uint8_t*>(high) + 16 * p), six = vdupq_n_u8(0x3F);
+    const uint8x16_t u[4] = {vandq_u8(vsliq_n_u8(v0, crumbs, 4), six),                    // c 0: v0's low nibble
+                             vandq_u8(vsliq_n_u8(v1, vshrq_n_u8(crumbs, 2), 4), six),     // c 1: v1's low nibble
+                             vsriq_n_u8(vandq_u8(crumbs, vdupq_n_u8(0x30)), v0, 4),       // c 2: v0's high nibble
+                             vsriq_n_u8(vshrq_n_u8(crumbs, 2), v1, 4)};                    // c 3: v1's high nibble
+    for (int c = 0; c < 4; ++c) op[c] = vsubq_s8(vreinterpretq_s8_u8(u[c]), vdupq_n_s8(32));
   } else if constexpr (!nibble_values(KIND)) {
     for (int c = 0; c < 4; ++c) op[c] = vld1q_s8(reinterpret_cast<const int8_t*>(blk) + 64 * p + 16 * c);
   } else {
