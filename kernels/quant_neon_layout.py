@@ -44,23 +44,23 @@ GROUPS_AT_ONCE = 2048  # 16-row groups of a bit plane reordered at a time: a byt
 
 
 def tile_high(high: torch.Tensor, planes: int = 1) -> torch.Tensor:
-    """q5's high bits [N, nb] int32 (bit e = bit 4 of element e) -> 32 uint16 a group's block, [p][c]: bit 8h + j
-    = bit 4 of element 8c + j of row 16g + 2p + h (same shape and dtype). planes = 2: q6's [N, 2 nb], per block
+    """q5's high bits [N, nb] int32 (bit e = bit 4 of element e) -> 64 bytes a group's block, [p / 2][8h + j]: bit
+    4 (p % 2) + c = bit 4 of element 8c + j of row 16g + 2p + h (same shape and dtype). planes = 2: q6's [N, 2 nb], per block
     a word of bit 4 then one of bit 5 -> 128 bytes a group's block, [p][8h + j]: bits 2c + plane = that plane's
     bit of element 8c + j of row 16g + 2p + h."""
     n, nb = high.shape[0], high.shape[1] // planes
     groups = n // ROWS
     rows = np.ascontiguousarray(high.numpy()).view(np.uint8).reshape(groups, ROWS // 2, 2, nb, planes, 4)
-    out = np.empty((groups, nb, ROWS // 2, 2, 8) if planes == 2 else (groups, nb, ROWS // 2, 4, 2), dtype=np.uint8)
+    out = np.empty((groups, nb, ROWS // 2, 2, 8) if planes == 2 else (groups, nb, ROWS // 4, 2, 8), dtype=np.uint8)
     for g in range(0, groups, GROUPS_AT_ONCE):
         bits = np.unpackbits(rows[g:g + GROUPS_AT_ONCE], axis=-1, bitorder="little")   # [g, p, h, b, plane, e]
         bits = bits.reshape(*bits.shape[:5], 4, 8)                                       # e = 8c + j
         if planes == 2:   # -> [g, b, p, h, j, c, plane]: a byte of 4 crumbs a lane
             bits = bits.transpose(0, 3, 1, 2, 6, 5, 4)
             out[g:g + GROUPS_AT_ONCE] = np.packbits(bits.reshape(*bits.shape[:5], 8), axis=-1, bitorder="little")[..., 0]
-        else:             # -> [g, b, p, c, h, j]: a 16-bit mask an operand
-            bits = bits[:, :, :, :, 0].transpose(0, 3, 1, 4, 2, 5)
-            out[g:g + GROUPS_AT_ONCE] = np.packbits(bits.reshape(*bits.shape[:4], 16), axis=-1, bitorder="little")
+        else:             # p = 2q + odd -> [g, b, q, h, j, odd, c]: a byte of two row pairs' 4 bits a lane
+            bits = bits[:, :, :, :, 0].reshape(bits.shape[0], ROWS // 4, 2, 2, nb, 4, 8).transpose(0, 4, 1, 3, 6, 2, 5)
+            out[g:g + GROUPS_AT_ONCE] = np.packbits(bits.reshape(*bits.shape[:5], 8), axis=-1, bitorder="little")[..., 0]
     return torch.from_numpy(out.reshape(n, -1).view(np.int32).reshape(high.shape))
 
 
@@ -74,9 +74,9 @@ def untile_high(high: torch.Tensor, planes: int = 1) -> torch.Tensor:
             part = tiles.reshape(groups, nb, ROWS // 2, 2, 8, 1)[g:g + GROUPS_AT_ONCE]
             bits = np.unpackbits(part, axis=-1, bitorder="little").reshape(*part.shape[:5], 4, 2)
             bits = bits.transpose(0, 2, 3, 1, 6, 5, 4)
-        else:             # [g, b, p, c, h, j] -> [g, p, h, b, plane, c, j]
-            part = tiles.reshape(groups, nb, ROWS // 2, 4, 2)[g:g + GROUPS_AT_ONCE]
-            bits = np.unpackbits(part, axis=-1, bitorder="little").reshape(*part.shape[:4], 2, 8)
-            bits = bits.transpose(0, 2, 4, 1, 3, 5)[:, :, :, :, None]
+        else:             # [g, b, q, h, j, (odd, c)] -> [g, p = 2q + odd, h, b, plane, c, j]
+            part = tiles.reshape(groups, nb, ROWS // 4, 2, 8, 1)[g:g + GROUPS_AT_ONCE]
+            bits = np.unpackbits(part, axis=-1, bitorder="little").reshape(*part.shape[:5], 2, 4)
+            bits = bits.transpose(0, 2, 5, 3, 1, 6, 4).reshape(part.shape[0], ROWS // 2, 2, nb, 1, 4, 8)
         out[g:g + GROUPS_AT_ONCE] = np.packbits(bits.reshape(*bits.shape[:5], 32), axis=-1, bitorder="little")
     return torch.from_numpy(out.reshape(n, -1).view(np.int32).reshape(high.shape))

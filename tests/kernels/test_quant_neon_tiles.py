@@ -49,11 +49,11 @@ def test_tiling_is_an_exact_reordering(arm_layout, kind, factors, mins):
 
 def test_high_bits_lie_where_the_header_says():
     w = random_weight("q5", 32, 96, seed=6)
-    tiled = neon_layout.tile_high(w.high).view(torch.int16).reshape(-1).to(torch.int64) & 0xFFFF
+    tiled = neon_layout.tile_high(w.high).view(torch.uint8).reshape(-1).to(torch.int64)
     rows = w.high.to(torch.int64) & 0xFFFFFFFF
-    for r, b, e in [(0, 0, 0), (1, 0, 9), (5, 2, 31), (17, 1, 16), (30, 2, 7), (31, 0, 24)]:
+    for r, b, e in [(0, 0, 0), (1, 0, 9), (5, 2, 31), (17, 1, 16), (30, 2, 7), (31, 0, 24), (3, 1, 13)]:
         g, p, h, c, j = r // 16, r % 16 // 2, r % 2, e // 8, e % 8
-        assert (tiled[(g * 3 + b) * 32 + 4 * p + c] >> (8 * h + j)) & 1 == (rows[r, b] >> e) & 1
+        assert (tiled[(g * 3 + b) * 64 + 16 * (p // 2) + 8 * h + j] >> (4 * (p % 2) + c)) & 1 == (rows[r, b] >> e) & 1
     assert torch.equal(neon_layout.untile_high(neon_layout.tile_high(w.high)), w.high)
 
 

@@ -38,6 +38,8 @@ OURS = [
     # K-quants there: Q4_K on the file's u6 sc and m (unpacked once a block for 16 rows), Q6_K in its 6 bits
     LoopSpec("Q4_K GEMV (decode)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp", "est_tiles_q4_k_decode"),
     LoopSpec("Q4_K GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q4_k_prefill"),
+    LoopSpec("Q5_K GEMV (decode)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp", "est_tiles_q5_k_decode"),
+    LoopSpec("Q5_K GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q5_k_prefill"),
     LoopSpec("Q6_K GEMV (decode)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp", "est_tiles_q6_k_decode"),
     LoopSpec("Q6_K GEMM (prefill)", "llmchat", "tiles", "quant_tile_loops.cpp", "est_tiles_q6_k_prefill"),
     LoopSpec("Q6_K GEMV, 8 bits (LLMCHAT_Q6K_BITS=8)", "llmchat", "tiles 16x1", "quant_tile_loops.cpp",
@@ -101,7 +103,7 @@ LLAMA = [
     # K-quants: repacked at load into 8 interleaved rows (8x4 with dotprod, 8x8 with i8mm), the innermost loop
     # that multiplies (a super-block's sub-blocks; the per-256 scale unpacking outside it is not counted)
     *(LoopSpec(f"{t} {op}", "llama.cpp", "repacked", REPACK, f"ggml_{fn}_{t.replace('Q', 'q')}_{il}_q8_K", **req)
-      for t in ("Q4_K", "Q6_K") for op, fn in (("GEMV (decode)", "gemv"), ("GEMM (prefill)", "gemm"))
+      for t in ("Q4_K", "Q5_K", "Q6_K") for op, fn in (("GEMV (decode)", "gemv"), ("GEMM (prefill)", "gemm"))
       for il, req in (("8x4", {"without": frozenset({"i8mm"})}), ("8x8", {"needs": frozenset({"i8mm"})}))),
     # A BF16 GGUF: ggml_vec_dot_bf16 has no NEON path (fp32 products added one by one in double); F16 is the
     # format llama.cpp runs fast on ARM (fp16 FMAs).

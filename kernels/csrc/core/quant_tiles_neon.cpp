@@ -31,8 +31,8 @@ constexpr bool nibbles(QuantKind k) { return k == QuantKind::Q4 || k == QuantKin
 constexpr bool nibble_values(QuantKind k) { return nibbles(k) || k == QuantKind::Q6; }
 constexpr bool halves(QuantKind k) { return k == QuantKind::Q8Halves || k == QuantKind::Q6; }  // scales per 16
 constexpr int64_t block_bytes(QuantKind k) { return nibble_values(k) ? 256 : 512; }
-// A block's high bits: Q5's 32 uint16 [p][c], bit 8h + j = bit 4 of element 8c + j of row 2p + h; Q6's 128
-// bytes [p][8h + j], bits 2c, 2c + 1 = bits 4, 5 of element 8c + j of row 2p + h (read as bytes).
+// A block's high bits, read as bytes: Q5's 64 [p / 2][8h + j], bit 4 (p % 2) + c = bit 4 of element 8c + j of
+// row 2p + h; Q6's 128 [p][8h + j], bits 2c, 2c + 1 = bits 4, 5 of element 8c + j of row 2p + h.
 inline const uint16_t* high_bits(const QuantWeightView& w, int64_t g, int64_t nb, int64_t b) {
   const int64_t planes = w.kind == QuantKind::Q6 ? 2 : 1;
   return w.high ? reinterpret_cast<const uint16_t*>(w.high) + (g * nb + b) * 32 * planes : nullptr;
@@ -58,10 +58,11 @@ int element(QuantKind kind, const uint8_t* blk, const uint16_t* high, int n, int
   const int p = n / 2, h = n % 2;
   if (!nibble_values(kind)) return int8_t(blk[64 * p + 16 * (e / 8) + 8 * h + e % 8]);
   const int byte = e % 16, v = blk[32 * p + 16 * (byte / 8) + 8 * h + byte % 8];
-  const int bit4 = high && kind == QuantKind::Q5 ? (high[4 * p + e / 8] >> (8 * h + e % 8)) & 1 : 0;
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(high);
+  const int bit4 = high && kind == QuantKind::Q5 ? bytes[16 * (p / 2) + 8 * h + e % 8] >> (4 * (p % 2) + e / 8) & 1 : 0;
   const int u = (e < 16 ? v & 15 : v >> 4) | bit4 << 4;
   if (kind != QuantKind::Q6) return u;
-  const uint8_t crumbs = reinterpret_cast<const uint8_t*>(high)[16 * p + 8 * h + e % 8];
+  const uint8_t crumbs = bytes[16 * p + 8 * h + e % 8];
   return (u & 15 | (crumbs >> (2 * (e / 8)) & 3) << 4) - 32;
 }
 
@@ -135,20 +136,17 @@ struct SubBlockFactors {
   }
 };
 
-// Q5: bit 4 of the 16 lanes of an operand from its uint16 mask (lane i = bit i), 0x10 where set.
-inline uint8x16_t bit4_lanes(uint16_t mask) {
-  static const uint8_t pick[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-  static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-  const uint8x16_t bytes = vqtbl1q_u8(vreinterpretq_u8_u16(vdupq_n_u16(mask)), vld1q_u8(pick));
-  return vandq_u8(vtstq_u8(bytes, vld1q_u8(bits)), vdupq_n_u8(0x10));
-}
-
 // The 4 SMMLA operands (elements 8c..8c+7 of both rows) of row pair p of a block.
 template <QuantKind KIND>
 inline void pair_operands(const uint8_t* blk, const uint16_t* high, int p, int8x16_t op[4]) {
-  if constexpr (KIND == QuantKind::Q5) {
-    pair_operands<QuantKind::Q4>(blk, nullptr, p, op);
-    for (int c = 0; c < 4; ++c) op[c] = vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(op[c]), bit4_lanes(high[4 * p + c])));
+  if constexpr (KIND == QuantKind::Q5) {  // u = nibble | bit << 4: shift-and-insert, bit c at bit c of `bits`
+    const uint8x16_t v0 = vld1q_u8(blk + 32 * p), v1 = vld1q_u8(blk + 32 * p + 16), five = vdupq_n_u8(0x1F);
+    uint8x16_t bits = vld1q_u8(reinterpret_cast<const uint8_t*>(high) + 16 * (p / 2)), bit4 = vdupq_n_u8(0x10);
+    if (p % 2) bits = vshrq_n_u8(bits, 4);
+    op[0] = vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(v0, bits, 4), five));                   // v0's low nibble
+    op[1] = vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(v1, vshrq_n_u8(bits, 1), 4), five));    // v1's low nibble
+    op[2] = vreinterpretq_s8_u8(vsriq_n_u8(vandq_u8(vshlq_n_u8(bits, 2), bit4), v0, 4));    // v0's high nibble
+    op[3] = vreinterpretq_s8_u8(vsriq_n_u8(vandq_u8(vshlq_n_u8(bits, 1), bit4), v1, 4));    // v1's high nibble
   } else if constexpr (KIND == QuantKind::Q6) {  // u = nibble | crumb << 4, then w = u - 32: Q8Halves' bytes
     // shift-and-insert puts a nibble and its crumb in one byte: crumb c sits at bits 2c, 2c + 1 of `crumbs`
     const uint8x16_t v0 = vld1q_u8(blk + 32 * p), v1 = vld1q_u8(blk + 32 * p + 16);
@@ -514,7 +512,7 @@ void neon_tile_high(int64_t n, int64_t k, const uint32_t* rows, uint32_t* tiled,
         for (int e = 0; e < 32; ++e) {
           const int64_t g = r / kNeonTileRows, p = r % kNeonTileRows / 2, h = r % 2;
           if (!((rows[(r * nb + b) * planes + plane] >> e) & 1)) continue;
-          if (planes == 1) dst[(g * nb + b) * 32 + 4 * p + e / 8] |= uint16_t(1u << (8 * h + e % 8));
+          if (planes == 1) crumbs[(g * nb + b) * 64 + 16 * (p / 2) + 8 * h + e % 8] |= uint8_t(1u << (4 * (p % 2) + e / 8));
           else crumbs[(g * nb + b) * 128 + 16 * p + 8 * h + e % 8] |= uint8_t(1u << (2 * (e / 8) + plane));
         }
 }

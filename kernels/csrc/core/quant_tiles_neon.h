@@ -8,8 +8,9 @@
 //       16 bytes are one SMMLA operand (8 elements of two rows)
 //   Q4: 256 bytes a block, [p][s 0..1][h][j 0..7] = the row layout's nibble byte 8s+j of row 16g+2p+h: low
 //       nibble = element 8s+j, high = element 16+8s+j (one AND and one shift give operands c = s and s + 2)
-//   Q5 as Q4, and its high bits (the row layout's [N, K/32] uint32) as 32 uint16 a block, [p][c]: bit 8h+j =
-//       bit 4 of element 8c+j of row 16g+2p+h (a bit mask of one SMMLA operand's lanes)
+//   Q5 as Q4, and its high bits (the row layout's [N, K/32] uint32) as 64 bytes a block, [p/2][8h+j]: bit
+//       4(p%2)+c = bit 4 of element 8c+j of row 16g+2p+h (one load serves two row pairs' 8 operands, each rebuilt
+//       by a shift-and-insert and an AND)
 //   Q6 (Q6_K in its 6 bits, u = w + 32) as Q4, and bits 4-5 as 128 bytes a block, [p][8h + j]: bits 2c, 2c+1 =
 //       bits 4, 5 of element 8c+j of row 16g+2p+h (one load serves a row pair's 4 operands: a shift and an AND
 //       each); its operands are rebuilt in registers (OR, subtract 32) into Q8Halves' signed bytes, so it gives

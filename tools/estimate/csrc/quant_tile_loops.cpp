@@ -48,3 +48,5 @@ extern "C" void est_tiles_q4_k_prefill(const void* w, const void* x, void* res) 
 extern "C" void est_tiles_q6_k_decode(const void* w, const void* x, void* res) { k_decode_of<QuantKind::Q6, kCompactI8, false>(w, x, res); }
 extern "C" void est_tiles_q6_k_prefill(const void* w, const void* x, void* res) { k_prefill_of<QuantKind::Q6, kCompactI8, false>(w, x, res); }
 extern "C" void est_tiles_q6_k_8bit_decode(const void* w, const void* x, void* res) { k_decode_of<QuantKind::Q8Halves, kCompactI8, false>(w, x, res); }
+extern "C" void est_tiles_q5_k_decode(const void* w, const void* x, void* res) { k_decode_of<QuantKind::Q5, kCompactU6, true>(w, x, res); }
+extern "C" void est_tiles_q5_k_prefill(const void* w, const void* x, void* res) { k_prefill_of<QuantKind::Q5, kCompactU6, true>(w, x, res); }
