@@ -116,14 +116,14 @@ class QuantWeight:
         if not self.tileable():
             raise ValueError(f"only a row-layout weight of N % 16 == 0 rows tiles, got N = {self.n}"
                              f"{' (already tiled)' if self.tiled else ''}")
-        scales, mins = _group_major(self.scales), _group_major(self.mins)
         if self._compacts(compact):  # the same factor bytes in both tile layouts
             six = self.kind in SIX_BIT_FACTOR_KINDS
             scales, mins = (None if t is None else _compact_group_major(t, self.k // 256, six)
                             for t in self.packed_factors)
-        planes = 2 if self.kind == "q6" else 1
+        else:
+            scales, mins = _group_major(self.scales), _group_major(self.mins)
         if neon_layout.ACTIVE:  # ARM: SMMLA's operand order (csrc/core/quant_tiles_neon.h)
-            high = neon_layout.tile_high(self.high, planes) if self.high is not None else None
+            high = None if self.high is None else neon_layout.tile_high(self.high, 2 if self.kind == "q6" else 1)
             return replace(self, values=neon_layout.tile_values(self.values, self.kind), high=high,
                            scales=scales, mins=mins, tiled=True, packed_factors=None)
         groups, nb = self.n // TILE_ROWS, self.k // BLOCK

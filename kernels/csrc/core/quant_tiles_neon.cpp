@@ -63,7 +63,7 @@ int element(QuantKind kind, const uint8_t* blk, const uint16_t* high, int n, int
   const int u = (e < 16 ? v & 15 : v >> 4) | bit4 << 4;
   if (kind != QuantKind::Q6) return u;
   const uint8_t crumbs = bytes[16 * p + 8 * h + e % 8];
-  return (u & 15 | (crumbs >> (2 * (e / 8)) & 3) << 4) - 32;
+  return (u | (crumbs >> (2 * (e / 8)) & 3) << 4) - 32;  // (bit4 is Q5's only: u is the nibble)
 }
 
 // acc[r][t] of group g's 16 rows for tokens [m0, m1): the reference loop of the layout's math.
