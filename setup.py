@@ -25,6 +25,7 @@ KERNEL_SOURCES = [  # the torch-free core (one file per kernel family) + the tor
     "kernels/csrc/core/quant_linear.cpp",
     "kernels/csrc/core/quant_tiles.cpp",
     "kernels/csrc/core/quant_tiles_neon.cpp",
+    "kernels/csrc/core/gguf_tiles.cpp",
     "kernels/csrc/core/cpu_features.cpp",
     "kernels/csrc/torch/bindings.cpp",
     "kernels/csrc/torch/gemv_binding.cpp",

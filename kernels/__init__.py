@@ -66,6 +66,9 @@ else:
         from .quant import register_fake as _register_quant_fake
 
         _register_quant_fake()
+        from .gguf_tiles import register_fake as _register_gguf_fake
+
+        _register_gguf_fake()
 
 
 __all__ = [

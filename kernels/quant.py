@@ -137,8 +137,13 @@ class QuantWeight:
             planes = self.high.view(groups * TILE_ROWS, nb, -1)
             words = torch.stack([_tile_plane(planes[:, :, p], groups) for p in range(planes.shape[2])], dim=2)
             high = words.contiguous().view(torch.int32).view(self.high.shape)
-        return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset, True,
-                           wide_activations=wide_q8 and self.kind == "q8" and _wide_q8())
+        return QuantWeight(self.kind, values, scales, mins, high, self.source, self.min_offset,
+                           True).with_wide_q8(wide_q8)
+
+    def with_wide_q8(self, wide_q8: bool) -> QuantWeight:
+        """A tiled q8 weight taking 16-bit activations where the layout has them and wide_q8 asks for them
+        (tiled_copy's choice, for a weight tiled elsewhere, e.g. from the file by kernels/gguf_tiles.py)."""
+        return replace(self, wide_activations=self.tiled and self.kind == "q8" and wide_q8 and _wide_q8())
 
     def present_for_tiles(self, compact: bool = True) -> list[torch.Tensor]:
         """Tensors of the shapes and dtypes of tiled_copy(compact=compact).present(), in order: this weight's

@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType, TokenType
 from safetensors.numpy import load_file
 
+from llmchat.engine.quant.gguf_blocks import BLOCKS
 from llmchat.engine.quant.quantize import quantize_blocks, type_for
 
 LAYER_NAMES = {
@@ -34,6 +35,7 @@ GGUF_ARCH = {"gemma3_text": "gemma3"}            # model_type -> GGUF architectu
 PERMUTED = ("llama", "granite", "smollm3")
 FAMILIES = ("llama", "qwen2", "qwen3")   # the GGUF architectures the tests write
 NEW_FAMILIES = ("granite", "phi3", "smollm3", "gemma3")   # issue 18
+K_QUANTS = {"Q4_K": ((0, 2), (2, 4)), "Q5_K": ((0, 2), (2, 4)), "Q6_K": ((208, 210),)}  # their fp16 fields
 # tensor role -> GGUF type of the Q4_K_M-like mix most tests use
 MIXED = {"embd": "Q8_0", "output": "Q6_K", "attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K",
          "attn_output": "Q5_K", "ffn_gate": "Q4_0", "ffn_up": "Q4_1", "ffn_down": "Q5_0", "attn_qkv": "Q4_K"}
@@ -160,3 +162,13 @@ def write_gguf(folder: Path, out: Path, types: dict[str, str] | None = None, arc
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def random_k_blocks(type_name: str, rows: int, cols: int, seed: int) -> np.ndarray:
+    """Random bytes for every field of K-quant blocks, with the fp16 super-block factors set to finite values."""
+    rng = np.random.default_rng(seed)
+    elems, size = BLOCKS[type_name]
+    blocks = rng.integers(0, 256, (rows * cols // elems, size), dtype=np.uint8)
+    for lo, hi in K_QUANTS[type_name]:
+        blocks[:, lo:hi] = rng.uniform(1e-4, 0.05, (blocks.shape[0], 1)).astype(np.float16).view(np.uint8)
+    return blocks.reshape(rows, -1)

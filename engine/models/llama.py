@@ -183,7 +183,7 @@ class CausalLM(nn.Module):
                     moved[key] = w.tile_into(slots_of.pop(key), wide_q8=q8_wide)
                 else:
                     copy = w.with_tensors([slot.copy_(t) for slot, t in zip(slots_of.pop(key), w.present())])
-                    moved[key] = replace(copy, packed_factors=None)
+                    moved[key] = replace(copy, packed_factors=None).with_wide_q8(q8_wide)   # tiled at load
             return moved[key]
 
         for m in layers:

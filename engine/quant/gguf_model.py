@@ -33,11 +33,11 @@ def _materialize(model: nn.Module, name: str, dtype: torch.dtype) -> torch.Tenso
 
 def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[str], tuple[str, int | None]],
                       progress: Callable[[int, int], None] | None = None,
-                      prepared: PreparedCache | None = None) -> bool:
+                      prepared: PreparedCache | None = None, tiles: bool = False) -> bool:
     """Fill `model` (a CausalLM on meta) from the GGUF at `path`; target maps a Hugging Face name to the engine
     parameter and fused slice (models.parameter_target). progress(bytes read, file bytes). prepared: where the
     quantized weights may already lie in the kernels' layout; True when they came from there (then only the
-    file's dense tensors are read)."""
+    file's dense tensors are read). tiles: block tensors that tile come in the kernels' tile layout (read_tensors)."""
     reader = open_reader(path)
     arch = field(reader, "general.architecture")
     total = sum(int(t.n_bytes) for t in reader.tensors)
@@ -45,7 +45,8 @@ def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[s
         model, progress and (lambda done, size: progress(int(done / size * total * 0.95), total)))
     done, seen = (int(total * 0.95) if from_cache else 0), set()
     params = dict(model.named_parameters())
-    for hf, value, nbytes in read_tensors(reader, model.args.config, arch, quantized=not from_cache):
+    for hf, value, nbytes in read_tensors(reader, model.args.config, arch, quantized=not from_cache,
+                                             tiles=tiles):
         name, index = target(hf)
         if name == "lm_head.weight":
             model.args.tie_word_embeddings = False   # the file has its own output head
@@ -84,7 +85,7 @@ def _slices(owner: Linear, index: int | None, value: QuantWeight) -> list[tuple[
     if index is not None or len(owner.output_sizes) == 1:
         return [(index, value)]
     offsets = owner.slice_offsets
-    return [(i, value.rows(torch.arange(offsets[i], offsets[i + 1]))) for i in range(len(owner.output_sizes))]
+    return [(i, value.rows(slice(offsets[i], offsets[i + 1]))) for i in range(len(owner.output_sizes))]
 
 
 def check_shapes(reader, config: dict, path: Path, target: Callable[[str], tuple[str, int | None]]) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from llmchat.kernels import gguf_tiles
 from llmchat.kernels.quant import QuantWeight
 
 from .gguf_blocks import BLOCKS, DENSE, dense, repack, unsupported
@@ -101,10 +102,12 @@ def check_types(reader) -> None:
             raise unsupported(t.type_name, t.name)
 
 
-def read_tensors(reader, config: dict, arch: str, quantized: bool = True
+def read_tensors(reader, config: dict, arch: str, quantized: bool = True, tiles: bool = False
                  ) -> Iterator[tuple[str, torch.Tensor | QuantWeight | None, int]]:
     """(Hugging Face name, dense tensor or QuantWeight, bytes in the file) for every weight of the file;
-    quantized=False: block-quantized tensors are not read, their value is None."""
+    quantized=False: block-quantized tensors are not read, their value is None. tiles: a block tensor of whole
+    16-row groups comes in the kernels' tile layout, made from the file's bytes in C++ (kernels/gguf_tiles.py),
+    the rest in the row layout."""
     check_types(reader)
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
@@ -119,11 +122,17 @@ def read_tensors(reader, config: dict, arch: str, quantized: bool = True
             yield name, None, int(t.n_bytes)
             continue
         raw = _read(reader, t)
-        value = dense(type_name, raw, rows, cols) if type_name in DENSE else repack(type_name, raw, rows, cols, t.name)
+        order = None
         if arch in PERMUTED_ARCHS and (".q_proj." in name or ".k_proj." in name):
-            order = _unpermute(value.shape[0] if isinstance(value, torch.Tensor) else value.n,
-                               heads if ".q_proj." in name else kv_heads)
-            value = value[order] if isinstance(value, torch.Tensor) else value.rows(order)
+            order = _unpermute(rows or cols, heads if ".q_proj." in name else kv_heads)
+        if type_name in DENSE:
+            value = dense(type_name, raw, rows, cols)
+            value = value if order is None else value[order]
+        elif tiles and gguf_tiles.takes(type_name, rows, cols):
+            value = gguf_tiles.tiled_from_gguf(type_name, raw, rows, cols, order)
+        else:
+            value = repack(type_name, raw, rows, cols, t.name)
+            value = value if order is None else value.rows(order)
         if arch in NORMS_PLUS_ONE and name.endswith("norm.weight") and isinstance(value, torch.Tensor):
             value = value - 1.0    # as transformers' Gemma GGUF loader does
         yield name, value, int(t.n_bytes)

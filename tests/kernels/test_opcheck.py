@@ -35,6 +35,7 @@ def cases():
         "gelu_tanh_and_mul": (torch.randn(3, 64), torch.empty(3, 32)),
         "lora_apply": lora_args(),
         "decoder_stack": decoder_stack_args(),
+        "gguf_tiles": gguf_tiles_args(),
     }
 
 
@@ -44,6 +45,14 @@ def lora_args():
     b, slice_ranks = llmchat.kernels.pack_lora_b(torch.randn(2, 8, 80), rank_offsets, slice_offsets)
     return (torch.randn(5, 32), torch.randn(5, 80), torch.randn(2, 8, 32), b, rank_offsets, slice_offsets, slice_ranks,
             torch.tensor([[0, 0, 2], [1, 3, 5]], dtype=torch.int32))
+
+
+def gguf_tiles_args():
+    """16 rows of one Q4_1 block each (20 bytes: fp16 d and m, 16 nibble bytes) into x86's layout."""
+    raw = torch.randint(0, 256, (16, 20), dtype=torch.uint8)
+    raw[:, :4] = torch.tensor([0.01, -0.2], dtype=torch.float16).view(torch.uint8)
+    return (raw.reshape(-1), 2, 16, 32, None, False, False, torch.empty(16, 16, dtype=torch.uint8),
+            torch.empty(0, dtype=torch.uint8), torch.empty(16, 1, dtype=torch.float16), torch.empty(16, 1, dtype=torch.float16))
 
 
 def decoder_stack_args():

@@ -9,21 +9,11 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
 
 import llmchat.kernels as K
-from llmchat.engine.quant.gguf_blocks import BLOCKS, UnsupportedTensorType, dense, repack
+from gguf_models import K_QUANTS, random_k_blocks
+from llmchat.engine.quant.gguf_blocks import UnsupportedTensorType, dense, repack
 from llmchat.kernels.quant import QuantWeight, holds_q6, reference_linear, tiles_isa
 
 ROUND_TRIP = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]   # the gguf package can write these itself
-K_QUANTS = {"Q4_K": ((0, 2), (2, 4)), "Q5_K": ((0, 2), (2, 4)), "Q6_K": ((208, 210),)}  # fp16 fields
-
-
-def random_k_blocks(type_name: str, rows: int, cols: int, seed: int) -> np.ndarray:
-    """Random bytes for every field, with the fp16 super-block factors set to finite values."""
-    rng = np.random.default_rng(seed)
-    elems, size = BLOCKS[type_name]
-    blocks = rng.integers(0, 256, (rows * cols // elems, size), dtype=np.uint8)
-    for lo, hi in K_QUANTS[type_name]:
-        blocks[:, lo:hi] = rng.uniform(1e-4, 0.05, (blocks.shape[0], 1)).astype(np.float16).view(np.uint8)
-    return blocks.reshape(rows, -1)
 
 
 @pytest.mark.parametrize("type_name", ROUND_TRIP)
