@@ -34,30 +34,56 @@ def kind_of(type_name: str) -> str:
     return KINDS[type_name]
 
 
+def tiled_specs(type_name: str, rows: int, cols: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of the tiled weight's tensors, in QuantWeight.present() order (values, scales, mins, high)."""
+    kind = kind_of(type_name)
+    nibbles, supers, blocks = kind in ("q4", "q5", "q6"), cols // 256, cols // 32
+    specs = [((rows, cols // 2 if nibbles else cols), torch.uint8 if nibbles else torch.int8)]
+    if type_name == "Q6_K":
+        specs.append(((rows, 18 * supers), torch.uint8))
+    elif type_name in BLOCK_ELEMENTS:
+        specs.append(((rows, 8 * supers), torch.uint8))
+    else:
+        specs.append(((rows, blocks), torch.float16))
+    if type_name in WITH_MINS:
+        specs.append(specs[-1])
+    planes = {"q5": 1, "q6": 2}.get(kind, 0)
+    if planes:
+        specs.append(((rows, planes * blocks), torch.int32))
+    return specs
+
+
+def tiled_weight(type_name: str, tensors: list[torch.Tensor]) -> QuantWeight:
+    """A tiled QuantWeight of this type on `tensors` (shaped as tiled_specs), whatever they hold."""
+    it = iter(tensors)
+    values, scales = next(it), next(it)
+    mins = next(it) if type_name in WITH_MINS else None
+    high = next(it, None)
+    return QuantWeight(kind_of(type_name), values, scales, mins, high, type_name, MIN_OFFSET.get(type_name, 0),
+                       tiled=True)
+
+
 def tiled_from_gguf(type_name: str, raw: np.ndarray | torch.Tensor, rows: int, cols: int,
-                    order: torch.Tensor | None = None) -> QuantWeight:
+                    order: torch.Tensor | None = None, into: QuantWeight | None = None) -> QuantWeight:
     """The tensor's raw blocks (uint8, rows * row bytes) as a tiled QuantWeight of `rows` rows; `order`: output
-    row n is the file's row order[n] (a permutation, e.g. llama.cpp's q/k rotary order undone)."""
+    row n is the file's row order[n] (a permutation, e.g. llama.cpp's q/k rotary order undone). into: a weight
+    of tiled_specs' shapes (e.g. rows of a larger one, laid out in advance) to write into, else new tensors."""
     require()
     if not takes(type_name, rows, cols):
         raise ValueError(f"a [{rows}, {cols}] {type_name} tensor does not tile (16-row groups of whole blocks)")
-    kind = kind_of(type_name)
-    nibbles, supers, blocks = kind in ("q4", "q5", "q6"), cols // 256, cols // 32
-    values = torch.empty(rows, cols // 2 if nibbles else cols, dtype=torch.uint8 if nibbles else torch.int8)
-    planes = {"q5": 1, "q6": 2}.get(kind, 0)
-    high = torch.empty(rows, planes * blocks, dtype=torch.int32) if planes else None
-    if type_name == "Q6_K":
-        scales = torch.empty(rows, 18 * supers, dtype=torch.uint8)
-    elif type_name in BLOCK_ELEMENTS:
-        scales = torch.empty(rows, 8 * supers, dtype=torch.uint8)
+    specs = tiled_specs(type_name, rows, cols)
+    if into is None:
+        w = tiled_weight(type_name, [torch.empty(shape, dtype=dtype) for shape, dtype in specs])
     else:
-        scales = torch.empty(rows, blocks, dtype=torch.float16)
-    mins = torch.empty_like(scales) if type_name in WITH_MINS else None
+        w = into
+        if [(tuple(t.shape), t.dtype) for t in w.present()] != specs or w.kind != kind_of(type_name):
+            raise ValueError(f"a [{rows}, {cols}] {type_name} tensor does not fit the weight it should fill")
     source = torch.from_numpy(np.ascontiguousarray(raw).reshape(-1).view(np.uint8)) if isinstance(raw, np.ndarray) \
         else raw.reshape(-1)
-    torch.ops.llmchat.gguf_tiles(source, TYPES[type_name], rows, cols, order, neon_layout.ACTIVE, kind == "q8h",
-                                 values, _NONE if high is None else high, scales, _NONE if mins is None else mins)
-    return QuantWeight(kind, values, scales, mins, high, type_name, MIN_OFFSET.get(type_name, 0), tiled=True)
+    torch.ops.llmchat.gguf_tiles(source, TYPES[type_name], rows, cols, order, neon_layout.ACTIVE, w.kind == "q8h",
+                                 w.values, _NONE if w.high is None else w.high, w.scales,
+                                 _NONE if w.mins is None else w.mins)
+    return w
 
 
 def register_fake() -> None:

@@ -379,7 +379,8 @@ def _compact_row_major(t: torch.Tensor, supers: int, six_bit: bool = False) -> t
     else:
         ints = _row_major(per_group[:, :int_bytes].reshape(n, subs))
     halves = per_group[:, int_bytes:].contiguous().view(torch.float16).reshape(n, supers)
-    return torch.cat([ints, _row_major(halves).view(torch.uint8)], dim=1)
+    # (flat first: with one super-block a row, the [N, 1] result may carry any stride in its size-1 dimension)
+    return torch.cat([ints, _row_major(halves).reshape(-1).view(torch.uint8).view(n, 2 * supers)], dim=1)
 
 
 def _pack_six_bits(ints: torch.Tensor) -> torch.Tensor:

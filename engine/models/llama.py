@@ -155,6 +155,8 @@ class CausalLM(nn.Module):
         model keeps the 8-bit ones it was chosen for."""
         if self.__dict__.get("_weights_prepared"):
             return   # attached from a prepared-weights file: already tiled, in huge pages
+        kept = self.__dict__.pop("_placed_weights", [])   # tiled in huge pages at load (gguf_tile_plan.py)
+        placed = {id(w) for w in kept}
         layers = [m for m in self.modules() if isinstance(m, Linear) and m.is_quantized]
         table = self.quantized_embedding
         unique, tileable = {}, {}
@@ -168,7 +170,8 @@ class CausalLM(nn.Module):
         tiles = tiles and self._kernels is not None and self._kernels.tiles_native()
         q8_wide = q8_wide and all(w.kind == "q8" for w in unique.values())
         # a weight to tile takes slots of its tiled tensors (a K-quant's: the file's compact factors, x86)
-        held = {key: w.present_for_tiles() if tiles and tileable[key] else w.present() for key, w in unique.items()}
+        held = {key: w.present_for_tiles() if tiles and tileable[key] else w.present() for key, w in unique.items()
+                if key not in placed}
         slots = iter(huge_page_slots([(t.shape, t.dtype) for ts in held.values() for t in ts]))
         slots_of = {key: [next(slots) for _ in ts] for key, ts in held.items()}
         del users, slots, w, ok, held   # no reference to an original beyond its users
@@ -179,11 +182,13 @@ class CausalLM(nn.Module):
             original is then referenced by its users only, which take the copy next: one copy at a time."""
             if key not in moved:
                 w = unique.pop(key)
-                if tiles and tileable[key]:
+                if key in placed:
+                    moved[key] = w.with_wide_q8(q8_wide)
+                elif tiles and tileable[key]:
                     moved[key] = w.tile_into(slots_of.pop(key), wide_q8=q8_wide)
                 else:
                     copy = w.with_tensors([slot.copy_(t) for slot, t in zip(slots_of.pop(key), w.present())])
-                    moved[key] = replace(copy, packed_factors=None).with_wide_q8(q8_wide)   # tiled at load
+                    moved[key] = replace(copy, packed_factors=None).with_wide_q8(q8_wide)   # if tiled at load
             return moved[key]
 
         for m in layers:

@@ -185,9 +185,10 @@ class GGUFFile:
     def field(self, key: str):
         return self.fields.get(key)
 
-    def read(self, tensor: TensorInfo) -> np.ndarray:
-        """The tensor's raw bytes (uint8), read into a fresh array."""
-        out = np.empty(tensor.n_bytes, dtype=np.uint8)
+    def read(self, tensor: TensorInfo, buffer: np.ndarray | None = None) -> np.ndarray:
+        """The tensor's raw bytes (uint8), read into a fresh array, or into the start of `buffer` (uint8, at
+        least n_bytes long: one buffer reused for many tensors faults its pages in once)."""
+        out = np.empty(tensor.n_bytes, dtype=np.uint8) if buffer is None else buffer[:tensor.n_bytes]
         with open(self.path, "rb", buffering=0) as handle:
             handle.seek(tensor.offset)
             view, done = memoryview(out), 0

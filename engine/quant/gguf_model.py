@@ -17,6 +17,7 @@ from llmchat.kernels.quant import QuantWeight
 from ..layers.linear import Linear
 from ..models import MODEL_CLASSES, ModelArgs
 from .gguf_tensors import GGUFError, field, hf_name, open_reader, read_tensors
+from .gguf_tile_plan import TilePlan, plan_tiles
 from .prepared_cache import PreparedCache
 
 
@@ -45,8 +46,9 @@ def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[s
         model, progress and (lambda done, size: progress(int(done / size * total * 0.95), total)))
     done, seen = (int(total * 0.95) if from_cache else 0), set()
     params = dict(model.named_parameters())
+    plan = plan_tiles(model, reader, arch, target) if tiles and not from_cache else TilePlan()
     for hf, value, nbytes in read_tensors(reader, model.args.config, arch, quantized=not from_cache,
-                                             tiles=tiles):
+                                             tiles=tiles, into=plan.into):
         name, index = target(hf)
         if name == "lm_head.weight":
             model.args.tie_word_embeddings = False   # the file has its own output head
@@ -75,6 +77,9 @@ def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[s
         done += nbytes if value is not None else 0
         if progress is not None:
             progress(min(done, total), total)
+    for owner, runs in plan.runs:   # every slice written in place: the runs as laid out, nothing to join
+        owner.attach_prepared_runs(runs)
+    model.__dict__["_placed_weights"] = plan.placed()
     _check_complete(model, seen, path)
     return from_cache
 

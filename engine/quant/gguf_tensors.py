@@ -102,15 +102,20 @@ def check_types(reader) -> None:
             raise unsupported(t.type_name, t.name)
 
 
-def read_tensors(reader, config: dict, arch: str, quantized: bool = True, tiles: bool = False
+def read_tensors(reader, config: dict, arch: str, quantized: bool = True, tiles: bool = False,
+                 into: dict[str, QuantWeight] | None = None
                  ) -> Iterator[tuple[str, torch.Tensor | QuantWeight | None, int]]:
     """(Hugging Face name, dense tensor or QuantWeight, bytes in the file) for every weight of the file;
     quantized=False: block-quantized tensors are not read, their value is None. tiles: a block tensor of whole
     16-row groups comes in the kernels' tile layout, made from the file's bytes in C++ (kernels/gguf_tiles.py),
-    the rest in the row layout."""
+    the rest in the row layout; into: file tensor name -> the weight to tile it into (engine/quant/gguf_tile_plan.py).
+    Tensors to tile are read into one reused buffer: no fresh pages per tensor."""
     check_types(reader)
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
+    into = into or {}
+    largest = max((int(t.n_bytes) for t in reader.tensors if t.type_name in BLOCKS), default=0)
+    scratch = np.empty(largest if tiles and quantized else 0, dtype=np.uint8)   # committed as it is written
     for t in reader.tensors:
         name = hf_name(t.name, arch)
         if name is None:
@@ -121,15 +126,16 @@ def read_tensors(reader, config: dict, arch: str, quantized: bool = True, tiles:
         if not quantized and type_name not in DENSE:
             yield name, None, int(t.n_bytes)
             continue
-        raw = _read(reader, t)
+        tile = tiles and type_name in BLOCKS and gguf_tiles.takes(type_name, rows, cols)
+        raw = _read(reader, t, scratch if tile else None)
         order = None
         if arch in PERMUTED_ARCHS and (".q_proj." in name or ".k_proj." in name):
             order = _unpermute(rows or cols, heads if ".q_proj." in name else kv_heads)
         if type_name in DENSE:
             value = dense(type_name, raw, rows, cols)
             value = value if order is None else value[order]
-        elif tiles and gguf_tiles.takes(type_name, rows, cols):
-            value = gguf_tiles.tiled_from_gguf(type_name, raw, rows, cols, order)
+        elif tile:
+            value = gguf_tiles.tiled_from_gguf(type_name, raw, rows, cols, order, into.get(t.name))
         else:
             value = repack(type_name, raw, rows, cols, t.name)
             value = value if order is None else value.rows(order)
@@ -138,8 +144,8 @@ def read_tensors(reader, config: dict, arch: str, quantized: bool = True, tiles:
         yield name, value, int(t.n_bytes)
 
 
-def _read(reader: GGUFFile, tensor) -> np.ndarray:
+def _read(reader: GGUFFile, tensor, buffer: np.ndarray | None = None) -> np.ndarray:
     try:
-        return reader.read(tensor)
+        return reader.read(tensor, buffer)
     except (GGUFFormatError, OSError):   # cut short or gone since it was opened
         raise GGUFError(unreadable_message(reader.path)) from None

@@ -12,6 +12,8 @@ from gguf.quants import dequantize, quantize
 import llmchat.kernels as K
 import llmchat.kernels.quant_neon_layout as neon_layout
 from gguf_models import K_QUANTS, random_k_blocks
+from llmchat.engine import LLM
+from llmchat.engine.layers.linear import Linear
 from llmchat.engine.quant.gguf_blocks import repack
 from llmchat.kernels.gguf_tiles import TYPES, takes, tiled_from_gguf
 
@@ -69,3 +71,25 @@ def test_bad_tensors_get_clear_errors():
         tiled_from_gguf("Q4_K", raw.reshape(-1)[:-1], 16, 256)
     with pytest.raises(ValueError, match="order must lie"):
         tiled_from_gguf("Q4_K", raw, 16, 256, torch.arange(16) + 1)
+
+
+@pytest.mark.skipif(not K.tiles_native(), reason="a load tiles where the kernels run a tile layout (x86 VNNI, ARM)")
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])   # llama: q/k rows reordered from llama.cpp's order
+def test_a_load_writes_every_weight_once_in_place(store, tiny_gguf, arch):
+    """A GGUF load tiles each file tensor straight into its rows of its projection's run, all in one buffer
+    (engine/quant/gguf_tile_plan.py): the weights are those of the row repack (a load without tiles), number for
+    number, and no run was concatenated or copied after it was written."""
+    path = str(store.import_path(tiny_gguf(arch, "mixed")).path)
+    tiled = LLM(path, dtype="float32", kv_cache_gb=0.02, prepared_cache=False).engine.runner.model
+    rows = LLM(path, dtype="float32", kv_cache_gb=0.02, prepared_cache=False, quant_tiles=False).engine.runner.model
+    def runs(model):
+        return {m.prefix: m.quantized_run_calls() for m in model.modules() if isinstance(m, Linear) and m.is_quantized}
+    placed, oracle = runs(tiled), runs(rows)
+    assert placed.keys() == oracle.keys()
+    weights = [w for calls in placed.values() for _, w in calls] + [tiled.quantized_embedding]
+    assert all(w.tiled for w in weights)
+    assert len({w.values.untyped_storage().data_ptr() for w in weights}) == 1   # one buffer, laid out up front
+    for prefix, calls in placed.items():
+        want = torch.cat([w.dequantize() for _, w in oracle[prefix]])
+        assert torch.equal(torch.cat([w.dequantize() for _, w in calls]), want), prefix
+    assert torch.equal(tiled.quantized_embedding.dequantize(), rows.quantized_embedding.dequantize())

@@ -37,15 +37,18 @@ inline uint16_t half_bits(const uint8_t* p) {
   return v;
 }
 
-// One group's decoded rows: an integer a weight and the file's factors, row by row.
+// One group's decoded rows, each in the row layout: values as nibble bytes (byte m of a block: element m low,
+// m + 16 high) or int8, high bits as a 32-bit mask per block and plane (bit j: element j), and the file's factors.
 struct Group {
-  int64_t cols, subs, supers, blocks;
-  std::vector<uint8_t> u;        // [16][cols]
+  int64_t cols, subs, supers, blocks, row_values;
+  std::vector<uint8_t> values;   // [16][row_values]
+  std::vector<uint32_t> masks;   // [16][blocks][2]
   std::vector<uint8_t> sc, mn;   // K-quants: [16][subs] (Q6_K: i8 sc per 16, subs = cols / 16)
   std::vector<uint16_t> d, dm;   // K-quants: fp16 bits [16][supers] (dm = -dmin); else [16][blocks] scale, min
-  Group(int64_t c, GgufType t)
+  Group(int64_t c, GgufType t, bool nibbles)
       : cols(c), subs(t == GgufType::Q6_K ? c / 16 : c / kBlock), supers(c / kSuper), blocks(c / kBlock),
-        u(kRows * c), sc(kRows * subs), mn(kRows * subs), d(kRows * blocks), dm(kRows * blocks) {}
+        row_values(nibbles ? c / 2 : c), values(kRows * row_values), masks(kRows * blocks * 2), sc(kRows * subs),
+        mn(kRows * subs), d(kRows * blocks), dm(kRows * blocks) {}
 };
 
 void k_scales(const uint8_t* s, uint8_t* sc, uint8_t* mn) {  // 12 bytes -> 8 six-bit scales and mins
@@ -57,124 +60,137 @@ void k_scales(const uint8_t* s, uint8_t* sc, uint8_t* mn) {  // 12 bytes -> 8 si
   }
 }
 
-void decode_row(GgufType t, const uint8_t* p, Group& g, int64_t n) {
-  uint8_t* u = g.u.data() + n * g.cols;
+// A sub-block of 32 nibbles given as 32 bytes whose nibble `shift` (0 or 4) holds element j -> 16 nibble bytes.
+inline void nibble_pairs(const uint8_t* q, int shift, uint8_t* out) {
+  if (shift == 0) {   // two constant-shift loops: each one vector instruction stream, where a variable shift is not
+    for (int m = 0; m < 16; ++m) out[m] = uint8_t((q[m] & 15) | (q[m + 16] << 4));
+  } else {
+    for (int m = 0; m < 16; ++m) out[m] = uint8_t((q[m] >> 4) | (q[m + 16] & 0xF0));
+  }
+}
+
+void decode_row(GgufType t, bool nibbles, const uint8_t* p, Group& g, int64_t n) {
+  uint8_t* v = g.values.data() + n * g.row_values;
+  uint32_t* mask = g.masks.data() + n * g.blocks * 2;
   const TypeInfo ti = info(t, false);
-  for (int64_t blk = 0; blk < g.cols / ti.elems; ++blk, p += ti.bytes, u += ti.elems) {
+  for (int64_t blk = 0; blk < g.cols / ti.elems; ++blk, p += ti.bytes) {
     switch (t) {
       case GgufType::Q8_0:
-        std::memcpy(u, p + 2, 32);
+        std::memcpy(v, p + 2, 32), v += 32, mask += 2;
         break;
       case GgufType::Q4_0: case GgufType::Q4_1: case GgufType::Q5_0: case GgufType::Q5_1: {
         const int qs_at = t == GgufType::Q4_0 ? 2 : t == GgufType::Q4_1 ? 4 : t == GgufType::Q5_0 ? 6 : 8;
-        uint32_t qh = 0;
-        if (t == GgufType::Q5_0 || t == GgufType::Q5_1) std::memcpy(&qh, p + qs_at - 4, 4);
-        for (int j = 0; j < 16; ++j) {
-          u[j] = (p[qs_at + j] & 15) | ((qh >> j & 1) << 4);
-          u[j + 16] = (p[qs_at + j] >> 4) | ((qh >> (j + 16) & 1) << 4);
-        }
+        if (t == GgufType::Q5_0 || t == GgufType::Q5_1) std::memcpy(mask, p + qs_at - 4, 4);
+        std::memcpy(v, p + qs_at, 16), v += 16, mask += 2;
         break;
       }
       case GgufType::Q4_K: case GgufType::Q5_K: {
         const bool five = t == GgufType::Q5_K;
         const uint8_t* qs = p + (five ? 48 : 16);
-        for (int s = 0; s < 8; ++s)
-          for (int j = 0; j < 32; ++j) {
-            const uint8_t q = (qs[32 * (s / 2) + j] >> (4 * (s % 2))) & 15;
-            u[32 * s + j] = five ? q | ((p[16 + j] >> s & 1) << 4) : q;
+        for (int s = 0; s < 8; ++s, v += 16, mask += 2) {
+          nibble_pairs(qs + 32 * (s / 2), 4 * (s % 2), v);
+          if (five) {
+            uint32_t bits = 0;
+            for (int j = 0; j < 32; ++j) bits |= uint32_t(p[16 + j] >> s & 1) << j;
+            mask[0] = bits;
           }
+        }
         break;
       }
       case GgufType::Q6_K:
-        for (int s = 0; s < 8; ++s) {
+        for (int s = 0; s < 8; ++s, mask += 2) {
           const int half = s / 4, part = s % 4;
-          for (int j = 0; j < 32; ++j) {
-            const uint8_t low = (p[64 * half + 32 * (part % 2) + j] >> (4 * (part / 2))) & 15;
-            const uint8_t high = (p[128 + 32 * half + j] >> (2 * part)) & 3;
-            u[32 * s + j] = low | high << 4;
+          const uint8_t* ql = p + 64 * half + 32 * (part % 2);
+          const uint8_t* qh = p + 128 + 32 * half;
+          if (nibbles) {
+            nibble_pairs(ql, 4 * (part / 2), v);
+            uint32_t bit4 = 0, bit5 = 0;
+            for (int j = 0; j < 32; ++j) {
+              bit4 |= uint32_t(qh[j] >> (2 * part) & 1) << j;
+              bit5 |= uint32_t(qh[j] >> (2 * part + 1) & 1) << j;
+            }
+            mask[0] = bit4, mask[1] = bit5, v += 16;
+          } else {   // int8 values w = q - 32 (Q8Halves)
+            for (int j = 0; j < 32; ++j)
+              v[j] = uint8_t(int(((ql[j] >> (4 * (part / 2))) & 15) | ((qh[j] >> (2 * part) & 3) << 4)) - 32);
+            v += 32;
           }
         }
         break;
     }
     // the factors
-    const int64_t row_blocks = g.cols / ti.elems;
     if (!ti.k_quant) {
       g.d[n * g.blocks + blk] = half_bits(p);
       if (ti.mins) g.dm[n * g.blocks + blk] = half_bits(p + 2);
     } else if (t == GgufType::Q6_K) {
       std::memcpy(g.sc.data() + n * g.subs + 16 * blk, p + 192, 16);
-      g.d[n * row_blocks + blk] = half_bits(p + 208);
+      g.d[n * g.supers + blk] = half_bits(p + 208);
     } else {
       k_scales(p + 4, g.sc.data() + n * g.subs + 8 * blk, g.mn.data() + n * g.subs + 8 * blk);
-      g.d[n * row_blocks + blk] = half_bits(p);
-      g.dm[n * row_blocks + blk] = half_bits(p + 2) ^ 0x8000;   // -(dmin m) = m (-dmin)
+      g.d[n * g.supers + blk] = half_bits(p);
+      g.dm[n * g.supers + blk] = half_bits(p + 2) ^ 0x8000;   // -(dmin m) = m (-dmin)
     }
   }
 }
 
-inline uint8_t nibble_byte(const uint8_t* block, int m) {  // the row layout's byte m of a block of 32
-  return (block[m] & 15) | (block[m + 16] & 15) << 4;
-}
-
+// x86: a block's row chunks of 4 bytes, 16 rows side by side ([b][r][n][4 bytes]); int8 values biased by 128.
 void values_x86(const Group& g, bool nibbles, uint8_t* out) {
-  for (int64_t b = 0; b < g.blocks; ++b)
-    if (nibbles) {
-      for (int r = 0; r < 4; ++r)
-        for (int n = 0; n < kRows; ++n)
-          for (int j = 0; j < 4; ++j) *out++ = nibble_byte(&g.u[n * g.cols + kBlock * b], 4 * r + j);
-    } else {
-      for (int r = 0; r < 8; ++r)
-        for (int n = 0; n < kRows; ++n)
-          for (int j = 0; j < 4; ++j) *out++ = g.u[n * g.cols + kBlock * b + 4 * r + j] ^ 0x80;
+  const int64_t words = g.row_values / 4;   // 4-byte words a row
+  const uint32_t bias = nibbles ? 0 : 0x80808080u;
+  for (int64_t w = 0; w < words; ++w)
+    for (int n = 0; n < kRows; ++n, out += 4) {
+      uint32_t x;
+      std::memcpy(&x, &g.values[n * g.row_values + 4 * w], 4);
+      x ^= bias;
+      std::memcpy(out, &x, 4);
     }
 }
 
+// ARM: per block and row pair p, chunk c of 8 bytes of row 2p, then of row 2p + 1 ([b][p][c][h][8 bytes]).
 void values_arm(const Group& g, bool nibbles, uint8_t* out) {
-  const int chunks = nibbles ? 2 : 4;
+  const int64_t block_bytes = nibbles ? 16 : 32, chunks = block_bytes / 8;
   for (int64_t b = 0; b < g.blocks; ++b)
     for (int p = 0; p < 8; ++p)
-      for (int c = 0; c < chunks; ++c)
-        for (int h = 0; h < 2; ++h)
-          for (int j = 0; j < 8; ++j) {
-            const uint8_t* block = &g.u[(2 * p + h) * g.cols + kBlock * b];
-            *out++ = nibbles ? nibble_byte(block, 8 * c + j) : block[8 * c + j];
-          }
+      for (int64_t c = 0; c < chunks; ++c)
+        for (int h = 0; h < 2; ++h, out += 8)
+          std::memcpy(out, &g.values[(2 * p + h) * g.row_values + b * block_bytes + 8 * c], 8);
 }
+
+inline uint32_t mask_of(const Group& g, int row, int64_t b, int plane) { return g.masks[(row * g.blocks + b) * 2 + plane]; }
 
 void high_x86(const Group& g, int planes, uint8_t* out) {
   for (int64_t b = 0; b < g.blocks; ++b)
     for (int plane = 0; plane < planes; ++plane)
       for (int r = 0; r < 8; ++r) {
         uint64_t word = 0;
-        for (int n = 0; n < kRows; ++n)
-          for (int j = 0; j < 4; ++j)
-            word |= uint64_t(g.u[n * g.cols + kBlock * b + 4 * r + j] >> (4 + plane) & 1) << (4 * n + j);
+        for (int n = 0; n < kRows; ++n) word |= uint64_t(mask_of(g, n, b, plane) >> (4 * r) & 15) << (4 * n);
         std::memcpy(out, &word, 8);
         out += 8;
       }
 }
 
 void high_arm(const Group& g, int planes, uint8_t* out) {
-  auto bit = [&](int row, int64_t b, int e, int plane) { return g.u[row * g.cols + kBlock * b + e] >> (4 + plane) & 1; };
   for (int64_t b = 0; b < g.blocks; ++b) {
     if (planes == 2) {
       for (int p = 0; p < 8; ++p)
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t m4 = mask_of(g, 2 * p + h, b, 0), m5 = mask_of(g, 2 * p + h, b, 1);
           for (int j = 0; j < 8; ++j) {
             uint8_t byte = 0;
-            for (int c = 0; c < 4; ++c)
-              for (int plane = 0; plane < 2; ++plane) byte |= bit(2 * p + h, b, 8 * c + j, plane) << (2 * c + plane);
+            for (int c = 0; c < 4; ++c) byte |= (m4 >> (8 * c + j) & 1) << (2 * c) | (m5 >> (8 * c + j) & 1) << (2 * c + 1);
             *out++ = byte;
           }
+        }
     } else {
       for (int q = 0; q < 4; ++q)
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t even = mask_of(g, 4 * q + h, b, 0), odd = mask_of(g, 4 * q + 2 + h, b, 0);
           for (int j = 0; j < 8; ++j) {
             uint8_t byte = 0;
-            for (int odd = 0; odd < 2; ++odd)
-              for (int c = 0; c < 4; ++c) byte |= bit(2 * (2 * q + odd) + h, b, 8 * c + j, 0) << (4 * odd + c);
+            for (int c = 0; c < 4; ++c) byte |= (even >> (8 * c + j) & 1) << c | (odd >> (8 * c + j) & 1) << (4 + c);
             *out++ = byte;
           }
+        }
     }
   }
 }
@@ -243,14 +259,12 @@ void gguf_to_tiles(const GgufTileArgs& a, const Runtime& rt) {
   const int64_t factor_bytes = a.type == GgufType::Q6_K ? kRows * 18 * supers
                                : ti.k_quant ? kRows * 8 * supers : kRows * blocks * 2;
   rt.parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
-    Group g(a.cols, a.type);
+    Group g(a.cols, a.type, ti.nibbles);
     for (int64_t gi = g0; gi < g1; ++gi) {
       for (int64_t n = 0; n < kRows; ++n) {
         const int64_t row = a.order ? a.order[gi * kRows + n] : gi * kRows + n;
-        decode_row(a.type, a.raw + row * row_bytes, g, n);
+        decode_row(a.type, ti.nibbles, a.raw + row * row_bytes, g, n);
       }
-      if (a.type == GgufType::Q6_K && a.q6_wide)
-        for (auto& x : g.u) x = uint8_t(int(x) - 32);   // the int8 values of Q8Halves
       uint8_t* values = a.values + gi * value_bytes;
       if (a.arm) values_arm(g, ti.nibbles, values); else values_x86(g, ti.nibbles, values);
       if (ti.high) {
