@@ -164,9 +164,9 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
         if prepared_cache:
             cache = PreparedCache(prepared_identity(gguf, kernels, quant_tiles, q8_wide_activations),
                                   mapped=prepared_mmap)
-        tiles = quant_tiles and kernels is not None and kernels.tiles_native()
+        layout = None if kernels is None else "tiles" if quant_tiles and kernels.tiles_native() else "rows"
         if load_gguf_weights(model, gguf, dtype, parameter_target, progress and (lambda done, _: progress(done, total)),
-                             cache, tiles=tiles):
+                             cache, layout=layout):
             cache = None   # came from there: nothing to write
     else:
         cache = None

@@ -155,7 +155,7 @@ class CausalLM(nn.Module):
         model keeps the 8-bit ones it was chosen for."""
         if self.__dict__.get("_weights_prepared"):
             return   # attached from a prepared-weights file: already tiled, in huge pages
-        kept = self.__dict__.pop("_placed_weights", [])   # tiled in huge pages at load (gguf_tile_plan.py)
+        kept = self.__dict__.pop("_placed_weights", [])   # tiled in huge pages at load (gguf_load_plan.py)
         placed = {id(w) for w in kept}
         layers = [m for m in self.modules() if isinstance(m, Linear) and m.is_quantized]
         table = self.quantized_embedding

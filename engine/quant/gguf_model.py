@@ -17,7 +17,7 @@ from llmchat.kernels.quant import QuantWeight
 from ..layers.linear import Linear
 from ..models import MODEL_CLASSES, ModelArgs
 from .gguf_tensors import GGUFError, field, hf_name, open_reader, read_tensors
-from .gguf_tile_plan import TilePlan, plan_tiles
+from .gguf_load_plan import LoadPlan, plan_load
 from .prepared_cache import PreparedCache
 
 
@@ -34,11 +34,12 @@ def _materialize(model: nn.Module, name: str, dtype: torch.dtype) -> torch.Tenso
 
 def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[str], tuple[str, int | None]],
                       progress: Callable[[int, int], None] | None = None,
-                      prepared: PreparedCache | None = None, tiles: bool = False) -> bool:
+                      prepared: PreparedCache | None = None, layout: str | None = None) -> bool:
     """Fill `model` (a CausalLM on meta) from the GGUF at `path`; target maps a Hugging Face name to the engine
     parameter and fused slice (models.parameter_target). progress(bytes read, file bytes). prepared: where the
     quantized weights may already lie in the kernels' layout; True when they came from there (then only the
-    file's dense tensors are read). tiles: block tensors that tile come in the kernels' tile layout (read_tensors)."""
+    file's dense tensors are read). layout: "tiles" or "rows", the kernels' layout block tensors are written in from
+    the file by the compiled kernels, each in its final place (read_tensors, gguf_load_plan.py); None: the numpy repack."""
     reader = open_reader(path)
     arch = field(reader, "general.architecture")
     total = sum(int(t.n_bytes) for t in reader.tensors)
@@ -46,9 +47,9 @@ def load_gguf_weights(model, path: Path, dtype: torch.dtype, target: Callable[[s
         model, progress and (lambda done, size: progress(int(done / size * total * 0.95), total)))
     done, seen = (int(total * 0.95) if from_cache else 0), set()
     params = dict(model.named_parameters())
-    plan = plan_tiles(model, reader, arch, target) if tiles and not from_cache else TilePlan()
+    plan = plan_load(model, reader, arch, target, layout == "tiles") if layout and not from_cache else LoadPlan()
     for hf, value, nbytes in read_tensors(reader, model.args.config, arch, quantized=not from_cache,
-                                             tiles=tiles, into=plan.into):
+                                             layout=layout, into=plan.into):
         name, index = target(hf)
         if name == "lm_head.weight":
             model.args.tie_word_embeddings = False   # the file has its own output head

@@ -102,20 +102,21 @@ def check_types(reader) -> None:
             raise unsupported(t.type_name, t.name)
 
 
-def read_tensors(reader, config: dict, arch: str, quantized: bool = True, tiles: bool = False,
+def read_tensors(reader, config: dict, arch: str, quantized: bool = True, layout: str | None = None,
                  into: dict[str, QuantWeight] | None = None
                  ) -> Iterator[tuple[str, torch.Tensor | QuantWeight | None, int]]:
     """(Hugging Face name, dense tensor or QuantWeight, bytes in the file) for every weight of the file;
-    quantized=False: block-quantized tensors are not read, their value is None. tiles: a block tensor of whole
-    16-row groups comes in the kernels' tile layout, made from the file's bytes in C++ (kernels/gguf_tiles.py),
-    the rest in the row layout; into: file tensor name -> the weight to tile it into (engine/quant/gguf_tile_plan.py).
-    Tensors to tile are read into one reused buffer: no fresh pages per tensor."""
+    quantized=False: block-quantized tensors are not read, their value is None. layout "tiles" or "rows": block
+    tensors are made from the file's bytes by the compiled kernels (kernels/gguf_tiles.py) in that layout (the
+    tiles where a tensor has whole 16-row groups, else rows), read through one reused buffer (no fresh pages per
+    tensor); into: file tensor name -> the weight to write it into (engine/quant/gguf_load_plan.py). None: the
+    numpy repack (gguf_blocks.py), which is their oracle."""
     check_types(reader)
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
     into = into or {}
     largest = max((int(t.n_bytes) for t in reader.tensors if t.type_name in BLOCKS), default=0)
-    scratch = np.empty(largest if tiles and quantized else 0, dtype=np.uint8)   # committed as it is written
+    scratch = np.empty(largest if layout and quantized else 0, dtype=np.uint8)   # committed as it is written
     for t in reader.tensors:
         name = hf_name(t.name, arch)
         if name is None:
@@ -126,16 +127,17 @@ def read_tensors(reader, config: dict, arch: str, quantized: bool = True, tiles:
         if not quantized and type_name not in DENSE:
             yield name, None, int(t.n_bytes)
             continue
-        tile = tiles and type_name in BLOCKS and gguf_tiles.takes(type_name, rows, cols)
-        raw = _read(reader, t, scratch if tile else None)
+        compiled = layout is not None and gguf_tiles.takes(type_name, rows, cols, tiles=False)
+        tiles = layout == "tiles" and gguf_tiles.takes(type_name, rows, cols)
+        raw = _read(reader, t, scratch if compiled else None)
         order = None
         if arch in PERMUTED_ARCHS and (".q_proj." in name or ".k_proj." in name):
             order = _unpermute(rows or cols, heads if ".q_proj." in name else kv_heads)
         if type_name in DENSE:
             value = dense(type_name, raw, rows, cols)
             value = value if order is None else value[order]
-        elif tile:
-            value = gguf_tiles.tiled_from_gguf(type_name, raw, rows, cols, order, into.get(t.name))
+        elif compiled:
+            value = gguf_tiles.from_gguf(type_name, raw, rows, cols, order, into.get(t.name), tiles)
         else:
             value = repack(type_name, raw, rows, cols, t.name)
             value = value if order is None else value.rows(order)

@@ -2,8 +2,11 @@
 // per load, bound by reading the file, on every thread of the pool.
 #include "gguf_tiles.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
+
+#include "../vec/dtypes.h"
 
 namespace llmchat {
 namespace {
@@ -247,11 +250,43 @@ int64_t gguf_row_bytes(GgufType type, int64_t cols) {
   return cols / ti.elems * ti.bytes;
 }
 
+// The row layout of rows [first, first + count) of a group.
+void emit_rows(GgufType t, const TypeInfo& ti, const Group& g, int64_t first, int count, int planes,
+               const GgufTileArgs& a) {
+  const int64_t blocks = g.blocks, factor_count = t == GgufType::Q6_K ? g.subs : blocks;
+  for (int n = 0; n < count; ++n) {
+    const int64_t r = first + n;
+    std::memcpy(a.values + r * g.row_values, &g.values[n * g.row_values], size_t(g.row_values));
+    if (ti.high) {
+      uint8_t* high = a.high + r * planes * blocks * 4;
+      for (int64_t b = 0; b < blocks; ++b) std::memcpy(high + b * planes * 4, &g.masks[(n * blocks + b) * 2], size_t(planes * 4));
+    }
+    if (!ti.k_quant) {
+      std::memcpy(a.scales + r * blocks * 2, &g.d[n * blocks], size_t(blocks * 2));
+      if (ti.mins) std::memcpy(a.mins + r * blocks * 2, &g.dm[n * blocks], size_t(blocks * 2));
+      continue;
+    }
+    float* scales = reinterpret_cast<float*>(a.scales) + r * factor_count;
+    const int64_t per_super = factor_count / g.supers;
+    for (int64_t s = 0; s < factor_count; ++s) {
+      const float d = to_float(fp16_t{g.d[n * g.supers + s / per_super]});
+      const uint8_t sc = g.sc[n * g.subs + s];
+      scales[s] = t == GgufType::Q6_K ? float(int8_t(sc)) * d : d * float(sc);
+    }
+    if (ti.mins) {
+      float* mins = reinterpret_cast<float*>(a.mins) + r * factor_count;
+      for (int64_t s = 0; s < factor_count; ++s)
+        mins[s] = to_float(fp16_t{g.dm[n * g.supers + s / per_super]}) * float(g.mn[n * g.subs + s]);   // -(dmin m)
+    }
+  }
+}
+
 void gguf_to_tiles(const GgufTileArgs& a, const Runtime& rt) {
   const TypeInfo ti = info(a.type, a.q6_wide);
   const int64_t row_bytes = gguf_row_bytes(a.type, a.cols);
-  const int64_t groups = a.rows / kRows;
-  // bytes one group takes in each output
+  const int64_t groups = (a.rows + kRows - 1) / kRows;
+  const bool arm = a.layout == GgufLayout::ArmTiles;
+  // bytes one group takes in each output of the tiles
   const int64_t blocks = a.cols / kBlock, supers = a.cols / kSuper;
   const int64_t value_bytes = kRows * (ti.nibbles ? a.cols / 2 : a.cols);
   const int64_t planes = a.type == GgufType::Q6_K ? 2 : 1;
@@ -261,15 +296,20 @@ void gguf_to_tiles(const GgufTileArgs& a, const Runtime& rt) {
   rt.parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     Group g(a.cols, a.type, ti.nibbles);
     for (int64_t gi = g0; gi < g1; ++gi) {
-      for (int64_t n = 0; n < kRows; ++n) {
+      const int count = int(std::min<int64_t>(kRows, a.rows - gi * kRows));   // the row layout's last group may be short
+      for (int64_t n = 0; n < count; ++n) {
         const int64_t row = a.order ? a.order[gi * kRows + n] : gi * kRows + n;
         decode_row(a.type, ti.nibbles, a.raw + row * row_bytes, g, n);
       }
+      if (a.layout == GgufLayout::Rows) {
+        emit_rows(a.type, ti, g, gi * kRows, count, int(planes), a);
+        continue;
+      }
       uint8_t* values = a.values + gi * value_bytes;
-      if (a.arm) values_arm(g, ti.nibbles, values); else values_x86(g, ti.nibbles, values);
+      if (arm) values_arm(g, ti.nibbles, values); else values_x86(g, ti.nibbles, values);
       if (ti.high) {
         uint8_t* high = a.high + gi * high_bytes;
-        if (a.arm) high_arm(g, int(planes), high); else high_x86(g, int(planes), high);
+        if (arm) high_arm(g, int(planes), high); else high_x86(g, int(planes), high);
       }
       factors(a.type, g, a.scales + gi * factor_bytes, ti.mins ? a.mins + gi * factor_bytes : nullptr);
     }

@@ -59,16 +59,21 @@ void quant_rows_op(const at::Tensor& ids, const at::Tensor& values, const at::Te
   quant_rows(w, ids.data_ptr<int64_t>(), ids.size(0), dt, out.data_ptr(), out.stride(0), torch_runtime());
 }
 
-// GGUF blocks -> the tile layout's tensors (core/gguf_tiles.h); the outputs' sizes say which tensors the type has.
+// GGUF blocks -> the tensors of a layout (core/gguf_tiles.h: 0 rows, 1 x86's tiles, 2 ARM's); the outputs' sizes
+// say which tensors the type has.
 void gguf_tiles_op(const at::Tensor& raw, int64_t type, int64_t rows, int64_t cols, const std::optional<at::Tensor>& order,
-                   bool arm, bool q6_wide, at::Tensor& values, at::Tensor& high, at::Tensor& scales, at::Tensor& mins) {
+                   int64_t layout, bool q6_wide, at::Tensor& values, at::Tensor& high, at::Tensor& scales, at::Tensor& mins) {
   const char* op = "gguf_tiles";
   LLMCHAT_CHECK(type >= 0 && type <= int64_t(GgufType::Q6_K), op, "unknown GGUF block type code ", type);
   GgufTileArgs a;
   a.type = GgufType(type);
   const int64_t row_bytes = gguf_row_bytes(a.type, cols);
   LLMCHAT_CHECK(row_bytes > 0, op, "rows of ", cols, " elements are not whole blocks of this type");
-  LLMCHAT_CHECK(rows > 0 && rows % 16 == 0, op, "rows must be a positive multiple of 16, got ", rows);
+  LLMCHAT_CHECK(layout >= 0 && layout <= 2, op, "layout must be 0 (rows), 1 (x86 tiles) or 2 (ARM tiles), got ", layout);
+  a.layout = GgufLayout(layout);
+  const bool tiles = a.layout != GgufLayout::Rows;
+  LLMCHAT_CHECK(rows > 0 && (!tiles || rows % 16 == 0), op, "rows must be positive", tiles ? " and a multiple of 16" : "",
+                ", got ", rows);
   check_cpu(op, raw, "raw");
   check_contiguous(op, raw, "raw");
   check_dtype(op, raw, "raw", at::kByte);
@@ -89,8 +94,9 @@ void gguf_tiles_op(const at::Tensor& raw, int64_t type, int64_t rows, int64_t co
   const bool has_mins = a.type == GgufType::Q4_1 || a.type == GgufType::Q5_1 || a.type == GgufType::Q4_K ||
                         a.type == GgufType::Q5_K;
   const int64_t planes = a.type == GgufType::Q6_K ? 2 : 1;
-  const int64_t factor_bytes = a.type == GgufType::Q6_K ? rows * 18 * (cols / 256)
-                               : k_quant ? rows * 8 * (cols / 256) : rows * (cols / 32) * 2;
+  const int64_t factor_bytes = !k_quant ? rows * (cols / 32) * 2
+                               : tiles ? (a.type == GgufType::Q6_K ? rows * 18 * (cols / 256) : rows * 8 * (cols / 256))
+                               : rows * (cols / (a.type == GgufType::Q6_K ? 16 : 32)) * 4;   // fp32 per sub-block
   auto check_out = [&](const at::Tensor& t, const char* name, int64_t bytes) {
     check_cpu(op, t, name);
     check_contiguous(op, t, name);
@@ -101,7 +107,7 @@ void gguf_tiles_op(const at::Tensor& raw, int64_t type, int64_t rows, int64_t co
   check_out(scales, "scales", factor_bytes);
   check_out(mins, "mins", has_mins ? factor_bytes : 0);
   a.raw = raw.data_ptr<uint8_t>();
-  a.rows = rows, a.cols = cols, a.arm = arm, a.q6_wide = q6_wide;
+  a.rows = rows, a.cols = cols, a.q6_wide = q6_wide;
   a.values = static_cast<uint8_t*>(values.data_ptr());
   a.high = has_high ? static_cast<uint8_t*>(high.data_ptr()) : nullptr;
   a.scales = static_cast<uint8_t*>(scales.data_ptr());
@@ -120,7 +126,7 @@ TORCH_LIBRARY_FRAGMENT(llmchat, m) {
         "Tensor? bias, Tensor(a!) out) -> ()");
   m.def("quant_rows(Tensor ids, Tensor values, Tensor high, Tensor scales, Tensor mins, int kind, int min_offset, "
         "Tensor(a!) out) -> ()");
-  m.def("gguf_tiles(Tensor raw, int type, int rows, int cols, Tensor? order, bool arm, bool q6_wide, "
+  m.def("gguf_tiles(Tensor raw, int type, int rows, int cols, Tensor? order, int layout, bool q6_wide, "
         "Tensor(a!) values, Tensor(b!) high, Tensor(c!) scales, Tensor(d!) mins) -> ()");
   m.def("quant_isa() -> str", &llmchat::binding::quant_isa_op);
   m.def("quant_tiles_isa() -> str", &llmchat::binding::quant_tiles_isa_op);
