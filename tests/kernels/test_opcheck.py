@@ -48,10 +48,10 @@ def lora_args():
 
 
 def gguf_tiles_args():
-    """16 rows of one Q4_1 block each (20 bytes: fp16 d and m, 16 nibble bytes) into x86's layout."""
+    """16 rows of one Q4_1 block each (20 bytes: fp16 d and m, 16 nibble bytes) into x86's tile layout (1)."""
     raw = torch.randint(0, 256, (16, 20), dtype=torch.uint8)
     raw[:, :4] = torch.tensor([0.01, -0.2], dtype=torch.float16).view(torch.uint8)
-    return (raw.reshape(-1), 2, 16, 32, None, False, False, torch.empty(16, 16, dtype=torch.uint8),
+    return (raw.reshape(-1), 2, 16, 32, None, 1, False, torch.empty(16, 16, dtype=torch.uint8),
             torch.empty(0, dtype=torch.uint8), torch.empty(16, 1, dtype=torch.float16), torch.empty(16, 1, dtype=torch.float16))
 
 
