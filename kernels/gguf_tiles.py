@@ -67,6 +67,12 @@ def weight(type_name: str, tensors: list[torch.Tensor], tiles: bool = True) -> Q
                        tiled=tiles)
 
 
+def empty(type_name: str, rows: int, cols: int, tiles: bool = True) -> QuantWeight:
+    """A weight of this type and shape on new, unwritten tensors (filled by from_gguf(into=...))."""
+    return weight(type_name, [torch.empty(shape, dtype=dtype) for shape, dtype in specs(type_name, rows, cols, tiles)],
+                  tiles)
+
+
 def from_gguf(type_name: str, raw: np.ndarray | torch.Tensor, rows: int, cols: int,
               order: torch.Tensor | None = None, into: QuantWeight | None = None, tiles: bool = True) -> QuantWeight:
     """The tensor's raw blocks (uint8, rows * row bytes) as a QuantWeight of `rows` rows in the tile layout (or
@@ -79,7 +85,7 @@ def from_gguf(type_name: str, raw: np.ndarray | torch.Tensor, rows: int, cols: i
                          f"{' of' if tiles else ''} whole blocks)")
     shapes = specs(type_name, rows, cols, tiles)
     if into is None:
-        w = weight(type_name, [torch.empty(shape, dtype=dtype) for shape, dtype in shapes], tiles)
+        w = empty(type_name, rows, cols, tiles)
     else:
         w = into
         if [(tuple(t.shape), t.dtype) for t in w.present()] != shapes or (w.kind, w.tiled) != (kind_of(type_name), tiles):

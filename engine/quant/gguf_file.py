@@ -185,14 +185,18 @@ class GGUFFile:
     def field(self, key: str):
         return self.fields.get(key)
 
-    def read(self, tensor: TensorInfo, buffer: np.ndarray | None = None) -> np.ndarray:
-        """The tensor's raw bytes (uint8), read into a fresh array, or into the start of `buffer` (uint8, at
-        least n_bytes long: one buffer reused for many tensors faults its pages in once)."""
-        out = np.empty(tensor.n_bytes, dtype=np.uint8) if buffer is None else buffer[:tensor.n_bytes]
+    def read(self, tensor: TensorInfo, buffer: np.ndarray | None = None, start: int = 0,
+             length: int | None = None) -> np.ndarray:
+        """The tensor's raw bytes (uint8), or `length` of them from `start`, read into a fresh array, or into the
+        start of `buffer` (uint8, long enough: one buffer reused for many reads faults its pages in once)."""
+        length = tensor.n_bytes - start if length is None else length
+        if start < 0 or length < 0 or start + length > tensor.n_bytes:
+            raise ValueError(f"bytes [{start}, {start + length}) are not inside tensor {tensor.name}")
+        out = np.empty(length, dtype=np.uint8) if buffer is None else buffer[:length]
         with open(self.path, "rb", buffering=0) as handle:
-            handle.seek(tensor.offset)
+            handle.seek(tensor.offset + start)
             view, done = memoryview(out), 0
-            while done < tensor.n_bytes:
+            while done < length:
                 got = handle.readinto(view[done:])
                 if not got:
                     raise GGUFFormatError(f"cut short inside tensor {tensor.name}")

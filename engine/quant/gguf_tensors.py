@@ -114,9 +114,7 @@ def read_tensors(reader, config: dict, arch: str, quantized: bool = True, layout
     check_types(reader)
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
-    into = into or {}
-    largest = max((int(t.n_bytes) for t in reader.tensors if t.type_name in BLOCKS), default=0)
-    scratch = np.empty(largest if layout and quantized else 0, dtype=np.uint8)   # committed as it is written
+    into, buffer = into or {}, _ReadBuffer()
     for t in reader.tensors:
         name = hf_name(t.name, arch)
         if name is None:
@@ -127,27 +125,59 @@ def read_tensors(reader, config: dict, arch: str, quantized: bool = True, layout
         if not quantized and type_name not in DENSE:
             yield name, None, int(t.n_bytes)
             continue
-        compiled = layout is not None and gguf_tiles.takes(type_name, rows, cols, tiles=False)
-        tiles = layout == "tiles" and gguf_tiles.takes(type_name, rows, cols)
-        raw = _read(reader, t, scratch if compiled else None)
         order = None
         if arch in PERMUTED_ARCHS and (".q_proj." in name or ".k_proj." in name):
             order = _unpermute(rows or cols, heads if ".q_proj." in name else kv_heads)
-        if type_name in DENSE:
-            value = dense(type_name, raw, rows, cols)
+        if layout is not None and gguf_tiles.takes(type_name, rows, cols, tiles=False):
+            tiles = layout == "tiles" and gguf_tiles.takes(type_name, rows, cols)
+            value = _compiled(reader, t, rows, cols, order, into.get(t.name), tiles, buffer)
+        elif type_name in DENSE:
+            value = dense(type_name, _read(reader, t), rows, cols)
             value = value if order is None else value[order]
-        elif compiled:
-            value = gguf_tiles.from_gguf(type_name, raw, rows, cols, order, into.get(t.name), tiles)
         else:
-            value = repack(type_name, raw, rows, cols, t.name)
+            value = repack(type_name, _read(reader, t), rows, cols, t.name)
             value = value if order is None else value.rows(order)
         if arch in NORMS_PLUS_ONE and name.endswith("norm.weight") and isinstance(value, torch.Tensor):
             value = value - 1.0    # as transformers' Gemma GGUF loader does
         yield name, value, int(t.n_bytes)
 
 
-def _read(reader: GGUFFile, tensor, buffer: np.ndarray | None = None) -> np.ndarray:
+READ_CHUNK = 32 << 20   # file bytes read (and written into their weight) at a time, in whole 16-row groups
+
+
+class _ReadBuffer:
+    """One buffer for every read of a load, as large as the largest (committed as it is written)."""
+
+    def __init__(self):
+        self.array = np.empty(0, dtype=np.uint8)
+
+    def take(self, nbytes: int) -> np.ndarray:
+        if self.array.size < nbytes:
+            self.array = np.empty(0, dtype=np.uint8)   # the smaller one freed first
+            self.array = np.empty(nbytes, dtype=np.uint8)
+        return self.array
+
+
+def _compiled(reader: GGUFFile, t, rows: int, cols: int, order: torch.Tensor | None, into: QuantWeight | None,
+              tiles: bool, buffer: _ReadBuffer) -> QuantWeight:
+    """A block tensor written by the compiled kernels into `into` (or a new weight), READ_CHUNK of the file at a
+    time: a token table of hundreds of MB never sits in memory twice. (A row order reads the whole tensor.)"""
+    row_bytes = int(t.n_bytes) // rows
+    step = rows if order is not None else max(16, READ_CHUNK // row_bytes // 16 * 16)
+    if step >= rows:
+        raw = _read(reader, t, buffer.take(int(t.n_bytes)))
+        return gguf_tiles.from_gguf(t.type_name, raw, rows, cols, order, into, tiles)
+    whole = into if into is not None else gguf_tiles.empty(t.type_name, rows, cols, tiles)
+    for lo in range(0, rows, step):
+        hi = min(rows, lo + step)
+        raw = _read(reader, t, buffer.take(step * row_bytes), lo * row_bytes, (hi - lo) * row_bytes)
+        gguf_tiles.from_gguf(t.type_name, raw, hi - lo, cols, into=whole.rows(slice(lo, hi)), tiles=tiles)
+    return whole
+
+
+def _read(reader: GGUFFile, tensor, buffer: np.ndarray | None = None, start: int = 0,
+          length: int | None = None) -> np.ndarray:
     try:
-        return reader.read(tensor, buffer)
+        return reader.read(tensor, buffer, start, length)
     except (GGUFFormatError, OSError):   # cut short or gone since it was opened
         raise GGUFError(unreadable_message(reader.path)) from None

@@ -15,7 +15,7 @@ import llmchat.kernels.quant_neon_layout as neon_layout
 from gguf_models import K_QUANTS, random_k_blocks
 from llmchat.engine import LLM
 from llmchat.engine.layers.linear import Linear
-from llmchat.engine.quant import gguf_model
+from llmchat.engine.quant import gguf_model, gguf_tensors
 from llmchat.engine.quant.gguf_blocks import repack
 from llmchat.engine.quant.gguf_tensors import read_tensors
 from llmchat.kernels.gguf_tiles import TYPES, from_gguf, takes
@@ -81,13 +81,16 @@ def test_bad_tensors_get_clear_errors():
         from_gguf("Q4_K", raw, 16, 256, into=from_gguf("Q4_K", raw, 16, 256, tiles=False))
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "chunked"])
 @pytest.mark.parametrize("quant_tiles", [True, False], ids=["tiles", "rows"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])   # llama: q/k rows reordered from llama.cpp's order
-def test_a_load_writes_every_weight_once_in_place(store, tiny_gguf, arch, quant_tiles):
+def test_a_load_writes_every_weight_once_in_place(store, tiny_gguf, arch, quant_tiles, chunked, monkeypatch):
     """A GGUF load writes each file tensor straight into its rows of its projection's run, all in one buffer
     (engine/quant/gguf_load_plan.py), in the tile layout where one runs (else, or with quant_tiles=False, the row
     layout): the weights are those of the numpy row repack, number for number, and no run was concatenated or
-    copied after it was written."""
+    copied after it was written. chunked: every tensor read 16 rows at a time (as a large table is)."""
+    if chunked:
+        monkeypatch.setattr(gguf_tensors, "READ_CHUNK", 1)
     path = str(store.import_path(tiny_gguf(arch, "mixed")).path)
     placed = LLM(path, dtype="float32", kv_cache_gb=0.02, prepared_cache=False,
                  quant_tiles=quant_tiles).engine.runner.model
