@@ -302,8 +302,8 @@ __attribute__((always_inline)) inline void fold(float* acc, int64_t stride, cons
 }
 
 // NA token tiles from token m x NB groups from g on TDPBSUD (WIDE: one token tile, its low and high activation
-// bytes as the two A tiles). w[j]: group g + j's B rows (the 4/5-bit kinds' unpacked, 512 bytes a block), or
-// with UNPACK (a 4/5-bit kind) none: each block is unpacked two sub-blocks ahead into a ring that stays in L1.
+// bytes as the two A tiles). w[j]: group g + j's B rows (the 4/5/6-bit kinds' unpacked, 512 bytes a block), or
+// with UNPACK (a 4/5/6-bit kind) none: each block is unpacked two blocks ahead into a ring that stays in L1.
 // OFF: the sums have offsets to take off; MINS: stored mins.
 template <QuantKind KIND, int HALF, bool OFF, bool MINS, bool UNPACK, bool WIDE, int TM, int TN, int NA, int NB>
 void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t* const* w, int64_t m,
@@ -329,18 +329,18 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
   };
   auto products = [&](int64_t s) {
     const uint8_t* ws[3] = {};
-    for (int j = 0; j < NB; ++j) ws[j] = UNPACK ? ring[s & 3][j] : w[j] + s * kB;
+    for (int j = 0; j < NB; ++j) ws[j] = UNPACK ? ring[(s / kSub) & 3][j] + (s % kSub) * kB : w[j] + s * kB;
     const int8_t* qs[2] = {q + s * kSubBytes, q1 ? q1 + s * kSubBytes : nullptr};
     tile_products<TM, TN, NA, NB>(qs, k, ws, sums[s & 1]);
   };
-  if constexpr (UNPACK) {
+  if constexpr (UNPACK) {  // blocks two ahead of the sub-block being folded (a Q6 block holds two)
     unpack(0);
-    if (subs > 1) unpack(1);
+    if (nb > 1) unpack(1);
   }
   products(0);
   for (int64_t s = 0; s < subs; ++s) {
     if constexpr (UNPACK) {
-      if (s + 2 < subs) unpack(s + 2);
+      if (s % kSub == 0 && s / kSub + 2 < nb) unpack(s / kSub + 2);
     }
     if (s + 1 < subs) products(s + 1);
     auto& c = sums[s & 1];
@@ -369,8 +369,8 @@ void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1,
   amx::configure(int8_tiles<TM, TN>(halves(KIND) ? 16 : 32));  // per task: tile state belongs to the thread
   // One token tile: each block is unpacked as the chunk goes (amx_chunk's UNPACK). More: once per group, for
   // all its token tiles.
-  // Q6 (halves: sub-blocks of 16 bytes, which the ring's per-block steps do not follow) is unpacked ahead always.
-  constexpr bool kAhead = (nibbles(KIND) && TM > 1) || KIND == QuantKind::Q6, kAsItGoes = nibbles(KIND) && TM == 1;
+  // (Q6's ring holds whole blocks, each serving its two halves.)
+  constexpr bool kAhead = unpacked_rows(KIND) && TM > 1, kAsItGoes = unpacked_rows(KIND) && TM == 1;
   thread_local std::vector<uint8_t> unpacked;  // the workers' own: no allocation per call
   if (kAhead && unpacked.size() < size_t(TN * nb * 512)) unpacked.resize(size_t(TN * nb * 512));
   for (int64_t g = g0; g < g1; g += TN) {
