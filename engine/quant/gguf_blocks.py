@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from llmchat.kernels.gguf_tiles import MIN_OFFSET   # signed types: min = offset * scale
 from llmchat.kernels.quant import QuantWeight, holds_q6
 
 QK_K = 256
@@ -53,7 +54,6 @@ def _high_bits(q: np.ndarray, planes: int = 1) -> np.ndarray:
 
 
 HALF_FACTORS = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")   # fp16 scales (and mins) in the file
-MIN_OFFSET = {"Q4_0": -8, "Q5_0": -16}                  # signed types: min = offset * scale
 
 
 def _packed(ints: np.ndarray, supers: np.ndarray, rows: int) -> torch.Tensor:

@@ -229,13 +229,10 @@ void factors(GgufType t, const Group& g, uint8_t* scales, uint8_t* mins) {
   if (t == GgufType::Q6_K) {   // i8 sc [subs][16], then d [supers][16]
     for (int64_t s = 0; s < g.subs; ++s)
       for (int n = 0; n < kRows; ++n) *scales++ = g.sc[n * g.subs + s];
-    std::vector<uint16_t> d(g.d.begin(), g.d.begin() + kRows * g.supers);
-    halves_group_major(d, g.supers, scales);
+    halves_group_major(g.d, g.supers, scales);   // K-quants fill [16][supers] of d and dm
   } else if (t == GgufType::Q4_K || t == GgufType::Q5_K) {
-    std::vector<uint16_t> d(g.d.begin(), g.d.begin() + kRows * g.supers);
-    std::vector<uint16_t> dm(g.dm.begin(), g.dm.begin() + kRows * g.supers);
-    halves_group_major(d, g.supers, pack_six_bits(g.sc, g.supers, scales));
-    halves_group_major(dm, g.supers, pack_six_bits(g.mn, g.supers, mins));
+    halves_group_major(g.d, g.supers, pack_six_bits(g.sc, g.supers, scales));
+    halves_group_major(g.dm, g.supers, pack_six_bits(g.mn, g.supers, mins));
   } else {
     halves_group_major(g.d, g.blocks, scales);
     if (mins != nullptr) halves_group_major(g.dm, g.blocks, mins);
