@@ -13,6 +13,7 @@
 #pragma once
 #include <arm_neon.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -45,7 +46,9 @@ struct TokenPairs {
     for (int64_t t = 0; t < m; ++t) {
       const uint16_t* row = reinterpret_cast<const uint16_t*>(x + t * ld);
       uint16_t* dst = data.data() + (t / 2) * stride + 4 * (t % 2);
-      for (int64_t s = 0; s < quads; ++s) std::memcpy(dst + 8 * s, row + 4 * s, 8);
+      // An odd K ends its last quad one element early: the element after it is not this row's (NaN bits past
+      // the tensor's end would reach the zero weight pair as NaN * 0).
+      for (int64_t s = 0; s < quads; ++s) std::memcpy(dst + 8 * s, row + 4 * s, size_t(std::min<int64_t>(4, k - 4 * s)) * 2);
       if (lone) {
         const int64_t k0 = 4 * quads;
         const uint16_t lo = row[k0], hi = k0 + 1 < k ? row[k0 + 1] : 0;
