@@ -106,6 +106,23 @@ inline void block_rows(const QuantWeightView& w, int64_t nb, int64_t g, int64_t 
   }
 }
 
+// Asks for the lines of the block `kPrefetchBytes` of values past block `index` (g * nb + b: a thread's blocks lie
+// in one run) and its high-bit masks. A lone token's dots leave DRAM idle between the hardware prefetcher's
+// requests: with this, decode of a 1.5B Q4_K_M on a Xeon went from 19.5 to 23.6 tok/s (1-2 KB ahead was best;
+// 3 KB already lost some; on cache-resident weights it costs nothing measurable).
+constexpr int64_t kPrefetchBytes = 1536;
+template <QuantKind KIND>
+inline void prefetch_ahead(const QuantWeightView& w, int64_t index) {
+  const int64_t ahead = index + kPrefetchBytes / block_bytes(KIND);
+  const char* values = static_cast<const char*>(w.values) + ahead * block_bytes(KIND);
+  for (int l = 0; l < block_bytes(KIND); l += 64) _mm_prefetch(values + l, _MM_HINT_T0);
+  if constexpr (KIND == QuantKind::Q5 || KIND == QuantKind::Q6) {  // 8 (Q6: 16) 64-bit masks a block
+    constexpr int kMaskBytes = KIND == QuantKind::Q6 ? 128 : 64;
+    const char* masks = reinterpret_cast<const char*>(w.high) + ahead * kMaskBytes;
+    for (int l = 0; l < kMaskBytes; l += 64) _mm_prefetch(masks + l, _MM_HINT_T0);
+  }
+}
+
 inline int32_t four_bytes(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -172,6 +189,7 @@ void vnni_tile(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t m0, 
     // (gcc's choice), each group's sums went through the stack, and a decode step ran ~1.6x slower (Zen 5)
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
+      prefetch_ahead<KIND>(a.w, (g0 + g) * nb + b);
       __m512i rows[8];
       block_rows<KIND>(a.w, nb, g0 + g, b, rows);
       __m512i isum[T][kSub];
