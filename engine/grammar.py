@@ -168,8 +168,23 @@ def _guesses(row) -> list[int]:
 
 
 def guessable(matcher, draft: list[int]) -> list[int]:
-    """The guesses a constrained sequence may verify: those its grammar allows, in order, from its state."""
-    return draft[:matcher.validate_tokens(draft)] if draft else draft
+    """The guesses a constrained sequence may verify: those its grammar allows, in order, from its state, up to
+    the one that completes the grammar (the reply ends there). A guess past that point, the end-of-text token the
+    prompt's n-grams often offer, would be consumed by the stopped matcher without entering its history, so the
+    rollback after the masks (GrammarMasks.start) would undo one real token too many and leave the matcher a token
+    behind its sequence: later masks then allowed text the grammar refuses (a tool call closed as "</</tool_call>")."""
+    if not draft:
+        return draft
+    allowed = draft[:matcher.validate_tokens(draft)]
+    kept = 0
+    for token in allowed:
+        if matcher.is_stopped():
+            break
+        matcher.consume_token(token)
+        kept += 1
+    if kept:
+        matcher.rollback(kept)
+    return allowed[:kept]
 
 
 def advance(seq: Sequence, token: int) -> bool:

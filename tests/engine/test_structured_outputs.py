@@ -14,7 +14,8 @@ import torch
 from engine_helpers import random_prompt
 
 from llmchat.engine import LLM, AsyncEngine, SamplingParams
-from llmchat.engine.grammar import GrammarMasks
+from llmchat.engine.grammar import GrammarMasks, guessable
+from llmchat.engine.speculation import RowView
 from llmchat.engine.structured_outputs import StructuredOutputs
 
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
@@ -83,6 +84,33 @@ def test_mask_allows_exactly_what_the_grammar_accepts(llm):
         kept = torch.isfinite(masked[row]).nonzero().flatten().tolist()
         assert kept == allowed and kept
         assert torch.equal(masked[row, kept], logits[row, kept])
+
+
+@pytest.mark.parametrize("torch_threads", [1, 2])   # masks on the library's worker pool, or on this thread
+def test_guesses_past_the_grammars_end_leave_the_matcher_where_its_sequence_is(llm, torch_threads):
+    """An n-gram guess often runs on past the reply's last token into the end-of-text token. The stopped matcher
+    takes that token without keeping it, so rolling back every guess undid a real token: the matcher fell one
+    behind its sequence (a CI run once closed a tool call as "</</tool_call>"). Guesses stop at the grammar's end,
+    and after the step's masks the matcher accepts exactly what the sequence still has to write."""
+    engine = llm.engine
+    seq = engine.make_sequence(_prompts(1)[0], _params(StructuredOutputs(grammar=YES_NO_GBNF)))
+    reply = engine.tokenizer.encode("maybe.", add_special_tokens=False)
+    end = engine.tokenizer.eos_token_id
+    seq.matcher.consume_tokens(reply[:1])
+    rest = reply[1:]
+    draft = guessable(seq.matcher, rest + [end, end])
+    assert draft == rest
+    assert seq.matcher.validate_tokens(rest) == len(rest) and not seq.matcher.is_stopped()
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(torch_threads)
+        batch = GrammarMasks(engine.grammar).start([RowView(seq, draft, ahead) for ahead in range(len(draft) + 1)])
+        batch.apply(torch.randn(len(draft) + 1, engine.vocab_size))
+    finally:
+        torch.set_num_threads(old)
+    assert seq.matcher.validate_tokens(rest) == len(rest), "the masks' rollback moved the matcher"
+    seq.matcher.consume_tokens(rest)
+    assert seq.matcher.is_stopped()
 
 
 def test_unconstrained_neighbours_are_untouched_and_constrained_replies_do_not_depend_on_them(llm):
