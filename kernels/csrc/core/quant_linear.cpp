@@ -370,8 +370,7 @@ void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const int64_t nb = w.k / 32, groups = (w.n + kGroup - 1) / kGroup;
   const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
   const int64_t work = std::max<int64_t>(1, w.k * kGroup * a.m);
-  // at least 2^18 multiply-adds a chunk: small decode projections still split evenly (quant_tiles.cpp)
-  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, (1 << 18) / work));
+  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, kMinChunkMacs / work));
   const bool unpack = paired(KIND) && a.m > kTok;
   rt.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
     if constexpr (paired(KIND)) {

@@ -458,10 +458,6 @@ int64_t amx_tokens(const QuantLinearArgs& a) {
 #endif
 }
 
-// Multiply-adds a pool chunk holds at least. A decode step's [1536, 1536] projection then splits into 8 chunks
-// where 2^20 gave 3 (one thread took two while the other waited): 97 -> 76 us a call on a Xeon, 2 threads.
-constexpr int64_t kMinChunkMacs = 1 << 18;
-
 template <QuantKind KIND, int HALF>
 void run(const QuantLinearArgs& a, const Acts& x, const Runtime& rt) {
   const int64_t nb = x.nb, groups = a.w.n / kTileRows;

@@ -452,8 +452,7 @@ void quant_tiles_neon_linear(const QuantLinearArgs& a, const Runtime& rt) {
 #endif
   const int64_t work = std::max<int64_t>(1, a.w.k * kNeonTileRows * a.m);
   const int64_t per_thread = (groups + rt.num_threads - 1) / std::max(1, rt.num_threads);
-  // at least 2^18 multiply-adds a chunk: small decode projections still split evenly (quant_tiles.cpp)
-  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, (1 << 18) / work));
+  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(per_thread, kMinChunkMacs / work));
   rt.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) run_group(a, x, g);
   });
