@@ -182,7 +182,7 @@ def build_model(folder: Path, config: dict, dtype: torch.dtype, max_positions: i
                       deterministic=deterministic, small_m_max=small_m_max, pack_bf16=pack_bf16,
                       decoder_stack=decoder_stack, quant_tiles=quant_tiles, q8_wide_activations=q8_wide_activations)
     if cache is not None:
-        cache.save(model)
+        cache.save_in_background(model)   # the model answers meanwhile; the process's exit waits for it
     if progress is not None:
         progress(total, total)
     return model.eval()

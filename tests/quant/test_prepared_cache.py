@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
+import threading
 
 import pytest
 import torch
 
 from llmchat.engine import LLM, SamplingParams
-from llmchat.engine.quant.prepared_cache import HEADER
+from llmchat.engine.quant import prepared_cache
+from llmchat.engine.quant.prepared_cache import HEADER, wait_for_writes
 from llmchat.engine.quant.quality import sequence_logits
 from llmchat.kernels.quant import tiles_isa
 
@@ -17,7 +21,10 @@ MESSAGES = [{"role": "user", "content": "Once upon a time there was a"}]
 
 
 def load(folder, **kw):
-    return LLM(str(folder), dtype="float32", kv_cache_gb=0.02, **kw)
+    """An LLM once its cold load's prepared file (written in the background) is in place."""
+    llm = LLM(str(folder), dtype="float32", kv_cache_gb=0.02, **kw)
+    wait_for_writes()
+    return llm
 
 
 def run(llm):
@@ -151,3 +158,54 @@ def test_q6_k_in_6_bits_has_the_bits_of_8_and_a_cache_file_of_its_own(store, tin
     assert six.engine.runner.model.weight_bytes() < eight.engine.runner.model.weight_bytes()
     assert run(six) == run(eight)
     assert prepared(load(folder)) and run(load(folder)) == run(eight)   # its own warm start
+
+
+def test_a_cold_start_answers_while_its_file_is_still_being_written(store, tiny_gguf, cache_dir, monkeypatch):
+    """The writer is held before its first byte: the model is loaded and answers all the same, no file (not even
+    half of one) is there meanwhile, and once the writer goes on, the file gives the next start the same bits."""
+    folder = store.import_path(tiny_gguf("qwen2", "mixed")).path
+    reference = run(load(folder, prepared_cache=False))
+    go_on, evict = threading.Event(), prepared_cache._evict
+
+    def held_evict(*args):
+        assert go_on.wait(timeout=120)
+        evict(*args)
+    monkeypatch.setattr(prepared_cache, "_evict", held_evict)
+    cold = LLM(str(folder), dtype="float32", kv_cache_gb=0.02)
+    writers = [t for t in threading.enumerate() if t.name == "llmchat-prepared-writer"]
+    assert len(writers) == 1 and writers[0].is_alive()
+    assert run(cold) == reference
+    assert not cache_dir.exists() or not list(cache_dir.iterdir())
+    go_on.set()
+    wait_for_writes()
+    assert len(list(cache_dir.glob("*.bin"))) == 1 and not list(cache_dir.glob("*.tmp"))
+    warm = load(folder)
+    assert prepared(warm) and run(warm) == reference
+
+
+HELD_RUN = """
+import atexit, sys, threading
+from llmchat.engine.quant import prepared_cache
+from llmchat.tui.cli import entry
+exiting, evict = threading.Event(), prepared_cache._evict
+def held_evict(*args):   # the writer starts only once the process is exiting
+    assert exiting.wait(timeout=120)
+    evict(*args)
+prepared_cache._evict = held_evict
+atexit.register(exiting.set)   # runs before the exit's wait for writers (atexit is last in, first out)
+sys.argv = ["llmchat", "run", sys.argv[1], "Hello", "--max-tokens", "1"]
+entry()
+"""
+
+
+def test_llmchat_run_leaves_the_file_for_the_next_start(store, tiny_gguf, cache_dir):
+    """`llmchat run` exits right after its reply (os._exit after the atexit work): the prepared file, whose writer
+    had not written a byte when the reply was done, is complete all the same."""
+    gguf = tiny_gguf("llama", "q4_0")
+    env = {**os.environ, "LLMCHAT_DATA_DIR": str(cache_dir.parent.parent / "data")}
+    proc = subprocess.run([sys.executable, "-c", HELD_RUN, str(gguf)], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() and "Traceback" not in proc.stderr
+    assert len(list(cache_dir.glob("*.bin"))) == 1 and not list(cache_dir.glob("*.tmp"))
+    assert prepared(load(store.import_path(gguf).path))
