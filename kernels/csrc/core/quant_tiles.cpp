@@ -76,9 +76,12 @@ inline __m512 factors16(const void* p, int64_t g, int64_t s, int64_t subs, int64
   }
 }
 
-// The 8 B rows (u8 weights, 16 rows x 4 elements each) of group g, block b.
-template <QuantKind KIND>
+// The 8 B rows (16 rows x 4 elements each) of group g, block b: u8 weights as stored (VNNI's vpdpbusd takes
+// one side unsigned), or with SIGNED (a 4/5/6-bit kind, for AMX's TDPBSSD) the weights themselves, their offset
+// taken off each byte (Q6: the 32 of its 6 bits; Q4_0/Q5_0: min_offset) instead of off every sum.
+template <QuantKind KIND, bool SIGNED = false>
 inline void block_rows(const QuantWeightView& w, int64_t nb, int64_t g, int64_t b, __m512i rows[8]) {
+  static_assert(!SIGNED || unpacked_rows(KIND), "8-bit weights are read as stored");
   const uint8_t* p = static_cast<const uint8_t*>(w.values) + (g * nb + b) * block_bytes(KIND);
   if constexpr (unpacked_rows(KIND)) {
     const __m512i low = _mm512_set1_epi8(0x0F);
@@ -92,13 +95,20 @@ inline void block_rows(const QuantWeightView& w, int64_t nb, int64_t g, int64_t 
       const __m512i bit4 = _mm512_set1_epi8(0x10);
       for (int r = 0; r < 8; ++r) rows[r] = _mm512_mask_add_epi8(rows[r], _cvtu64_mask64(masks[r]), rows[r], bit4);
     }
-    if constexpr (KIND == QuantKind::Q6) {  // bits 4 and 5 (8 masks each), then u + 96 = w + 128
+    if constexpr (KIND == QuantKind::Q6) {  // bits 4 and 5 (8 masks each), then u + 96 = w + 128 (SIGNED: u - 32 = w)
       const uint64_t* masks = reinterpret_cast<const uint64_t*>(w.high) + (g * nb + b) * 16;
-      const __m512i bit4 = _mm512_set1_epi8(0x10), bit5 = _mm512_set1_epi8(0x20), to_u8 = _mm512_set1_epi8(96);
+      const __m512i bit4 = _mm512_set1_epi8(0x10), bit5 = _mm512_set1_epi8(0x20),
+                    to_u8 = _mm512_set1_epi8(SIGNED ? -32 : 96);
       for (int r = 0; r < 8; ++r) {
         rows[r] = _mm512_mask_add_epi8(rows[r], _cvtu64_mask64(masks[r]), rows[r], bit4);
         rows[r] = _mm512_mask_add_epi8(rows[r], _cvtu64_mask64(masks[8 + r]), rows[r], bit5);
         rows[r] = _mm512_add_epi8(rows[r], to_u8);
+      }
+    }
+    if constexpr (SIGNED && nibbles(KIND)) {
+      if (w.min_offset != 0) {
+        const __m512i offset = _mm512_set1_epi8(int8_t(w.min_offset));
+        for (int r = 0; r < 8; ++r) rows[r] = _mm512_add_epi8(rows[r], offset);
       }
     }
   } else {
@@ -283,7 +293,8 @@ inline amx::TileConfig int8_tiles(int sub_bytes) {
 
 // One sub-block's products of NA <= TM A tiles and NB <= TN groups, each C stored to c[i TN + j] (16 x 16).
 // A tile i is 16 rows of stride k from q[i]: token tiles, or a token tile's low and high activation bytes.
-template <int TM, int TN, int NA, int NB, int I = 0>
+// SIGNED: B holds signed weights (TDPBSSD), else unsigned (TDPBSUD).
+template <bool SIGNED, int TM, int TN, int NA, int NB, int I = 0>
 inline void tile_products(const int8_t* const* q, int64_t k, const uint8_t* const* w, int32_t (*c)[kTileTokens * kTileRows]) {
   if constexpr (I == 0) {
     if constexpr (NA > 0) amx::load<0>(q[0], k);
@@ -295,9 +306,10 @@ inline void tile_products(const int8_t* const* q, int64_t k, const uint8_t* cons
   if constexpr (I < NA * NB) {
     constexpr int ti = I / NB, tj = I % NB, tc = TM + TN + ti * TN + tj;
     amx::zero<tc>();
-    amx::dp_s8u8<tc, ti, TM + tj>();
+    if constexpr (SIGNED) amx::dp_s8s8<tc, ti, TM + tj>();
+    else amx::dp_s8u8<tc, ti, TM + tj>();
     amx::store<tc>(c[ti * TN + tj], 4 * kTileRows);
-    tile_products<TM, TN, NA, NB, I + 1>(q, k, w, c);
+    tile_products<SIGNED, TM, TN, NA, NB, I + 1>(q, k, w, c);
   }
 }
 
@@ -341,7 +353,7 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
   auto unpack = [&](int64_t b) {
     for (int j = 0; j < NB; ++j) {
       __m512i rows[8];
-      block_rows<KIND>(a.w, nb, g + j, b, rows);
+      block_rows<KIND, unpacked_rows(KIND)>(a.w, nb, g + j, b, rows);
       for (int r = 0; r < 8; ++r) _mm512_store_si512(ring[b & 3][j] + 64 * r, rows[r]);
     }
   };
@@ -349,7 +361,7 @@ void amx_chunk(const QuantLinearArgs& a, const Acts& x, int64_t g, const uint8_t
     const uint8_t* ws[3] = {};
     for (int j = 0; j < NB; ++j) ws[j] = UNPACK ? ring[(s / kSub) & 3][j] + (s % kSub) * kB : w[j] + s * kB;
     const int8_t* qs[2] = {q + s * kSubBytes, q1 ? q1 + s * kSubBytes : nullptr};
-    tile_products<TM, TN, NA, NB>(qs, k, ws, sums[s & 1]);
+    tile_products<unpacked_rows(KIND), TM, TN, NA, NB>(qs, k, ws, sums[s & 1]);
   };
   if constexpr (UNPACK) {  // blocks two ahead of the sub-block being folded (a Q6 block holds two)
     unpack(0);
@@ -400,7 +412,7 @@ void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1,
         uint8_t* dst = unpacked.data() + j * nb * 512;
         for (int64_t b = 0; b < nb; ++b) {
           __m512i rows[8];
-          block_rows<KIND>(a.w, nb, g + j, b, rows);
+          block_rows<KIND, unpacked_rows(KIND)>(a.w, nb, g + j, b, rows);
           for (int r = 0; r < 8; ++r) _mm512_storeu_si512(dst + b * 512 + 64 * r, rows[r]);
         }
         w[j] = dst;
@@ -412,7 +424,8 @@ void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1,
       auto chunk = [&](auto na, auto nbt) {
         constexpr int NA = decltype(na)::value, NB = decltype(nbt)::value;
         if (a.w.mins != nullptr) amx_chunk<KIND, HALF, false, true, kAsItGoes, WIDE, TM, TN, NA, NB>(a, x, g, w, m, finish);
-        else if (x.offsets != nullptr) amx_chunk<KIND, HALF, true, false, kAsItGoes, WIDE, TM, TN, NA, NB>(a, x, g, w, m, finish);
+        else if (x.offsets != nullptr && !unpacked_rows(KIND))  // unpacked rows are signed: no offsets
+          amx_chunk<KIND, HALF, true, false, kAsItGoes, WIDE, TM, TN, NA, NB>(a, x, g, w, m, finish);
         else amx_chunk<KIND, HALF, false, false, kAsItGoes, WIDE, TM, TN, NA, NB>(a, x, g, w, m, finish);
       };
       using I1 = std::integral_constant<int, 1>;

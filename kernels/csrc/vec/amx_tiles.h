@@ -127,6 +127,23 @@ template <int C, int A, int B> inline void dp_s8u8() {
       std::memcpy(emulated.data[C] + m * kMaxColsb + 4 * n, &acc, 4);
     }
 }
+// The same with B signed too: TDPBSSD.
+template <int C, int A, int B> inline void dp_s8s8() {
+  check_tile(C), check_tile(A), check_tile(B);
+  const TileConfig& c = emulated.cfg;
+  if (c.rows[A] != c.rows[C] || c.colsb[B] != c.colsb[C] || c.colsb[A] != c.rows[B] * 4) fault("TDPBSSD shapes");
+  if (C == A || C == B || A == B) fault("TDPBSSD tiles must differ");
+  const int cols = c.colsb[C] / 4;
+  for (int m = 0; m < c.rows[C]; ++m)
+    for (int n = 0; n < cols; ++n) {
+      int32_t acc;
+      std::memcpy(&acc, emulated.data[C] + m * kMaxColsb + 4 * n, 4);
+      for (int k = 0; k < c.colsb[A]; ++k)
+        acc += int32_t(int8_t(emulated.data[A][m * kMaxColsb + k])) *
+               int32_t(int8_t(emulated.data[B][(k / 4) * kMaxColsb + 4 * n + k % 4]));
+      std::memcpy(emulated.data[C] + m * kMaxColsb + 4 * n, &acc, 4);
+    }
+}
 #else
 // GCC's _tile_* macros paste the tile number into the instruction text, so each tile gets its own functions.
 inline void configure(const TileConfig& c) { _tile_loadconfig(&c); }
@@ -158,9 +175,11 @@ LLMCHAT_AMX_DP(3, 5, 7)
 #undef LLMCHAT_AMX_DP
 #if defined(LLMCHAT_HAS_AMX_INT8)
 template <int C, int A, int B> void dp_s8u8();
+template <int C, int A, int B> void dp_s8s8();
 // the (C, A, B) triples quant_tiles.cpp uses
 #define LLMCHAT_AMX_DP_S8U8(C, A, B) \
-  template <> inline void dp_s8u8<C, A, B>() { _tile_dpbsud(C, A, B); }
+  template <> inline void dp_s8u8<C, A, B>() { _tile_dpbsud(C, A, B); } \
+  template <> inline void dp_s8s8<C, A, B>() { _tile_dpbssd(C, A, B); }
 LLMCHAT_AMX_DP_S8U8(4, 0, 2)  // 2 token tiles x 2 groups
 LLMCHAT_AMX_DP_S8U8(5, 0, 3)
 LLMCHAT_AMX_DP_S8U8(6, 1, 2)
