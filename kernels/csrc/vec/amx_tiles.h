@@ -111,39 +111,27 @@ template <int C, int A, int B> inline void dp_bf16() {
       std::memcpy(emulated.data[C] + m * kMaxColsb + 4 * n, &acc, 4);
     }
 }
-// C[m][n] += sum_k A[m][k] * B[k / 4][4n + k % 4] (int32), A signed bytes, B unsigned: TDPBSUD.
-template <int C, int A, int B> inline void dp_s8u8() {
+// C[m][n] += sum_k A[m][k] * B[k / 4][4n + k % 4] (int32), A signed bytes, B unsigned (TDPBSUD) or signed
+// (SIGNED_B: TDPBSSD).
+template <bool SIGNED_B, int C, int A, int B> inline void dp_int8(const char* name) {
   check_tile(C), check_tile(A), check_tile(B);
   const TileConfig& c = emulated.cfg;
-  if (c.rows[A] != c.rows[C] || c.colsb[B] != c.colsb[C] || c.colsb[A] != c.rows[B] * 4) fault("TDPBSUD shapes");
-  if (C == A || C == B || A == B) fault("TDPBSUD tiles must differ");
+  if (c.rows[A] != c.rows[C] || c.colsb[B] != c.colsb[C] || c.colsb[A] != c.rows[B] * 4) fault(name);
+  if (C == A || C == B || A == B) fault(name);
   const int cols = c.colsb[C] / 4;
   for (int m = 0; m < c.rows[C]; ++m)
     for (int n = 0; n < cols; ++n) {
       int32_t acc;
       std::memcpy(&acc, emulated.data[C] + m * kMaxColsb + 4 * n, 4);
-      for (int k = 0; k < c.colsb[A]; ++k)
-        acc += int32_t(int8_t(emulated.data[A][m * kMaxColsb + k])) * int32_t(emulated.data[B][(k / 4) * kMaxColsb + 4 * n + k % 4]);
+      for (int k = 0; k < c.colsb[A]; ++k) {
+        const uint8_t b = emulated.data[B][(k / 4) * kMaxColsb + 4 * n + k % 4];
+        acc += int32_t(int8_t(emulated.data[A][m * kMaxColsb + k])) * (SIGNED_B ? int32_t(int8_t(b)) : int32_t(b));
+      }
       std::memcpy(emulated.data[C] + m * kMaxColsb + 4 * n, &acc, 4);
     }
 }
-// The same with B signed too: TDPBSSD.
-template <int C, int A, int B> inline void dp_s8s8() {
-  check_tile(C), check_tile(A), check_tile(B);
-  const TileConfig& c = emulated.cfg;
-  if (c.rows[A] != c.rows[C] || c.colsb[B] != c.colsb[C] || c.colsb[A] != c.rows[B] * 4) fault("TDPBSSD shapes");
-  if (C == A || C == B || A == B) fault("TDPBSSD tiles must differ");
-  const int cols = c.colsb[C] / 4;
-  for (int m = 0; m < c.rows[C]; ++m)
-    for (int n = 0; n < cols; ++n) {
-      int32_t acc;
-      std::memcpy(&acc, emulated.data[C] + m * kMaxColsb + 4 * n, 4);
-      for (int k = 0; k < c.colsb[A]; ++k)
-        acc += int32_t(int8_t(emulated.data[A][m * kMaxColsb + k])) *
-               int32_t(int8_t(emulated.data[B][(k / 4) * kMaxColsb + 4 * n + k % 4]));
-      std::memcpy(emulated.data[C] + m * kMaxColsb + 4 * n, &acc, 4);
-    }
-}
+template <int C, int A, int B> inline void dp_s8u8() { dp_int8<false, C, A, B>("TDPBSUD shapes or tiles"); }
+template <int C, int A, int B> inline void dp_s8s8() { dp_int8<true, C, A, B>("TDPBSSD shapes or tiles"); }
 #else
 // GCC's _tile_* macros paste the tile number into the instruction text, so each tile gets its own functions.
 inline void configure(const TileConfig& c) { _tile_loadconfig(&c); }
