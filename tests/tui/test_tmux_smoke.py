@@ -44,7 +44,9 @@ def test_real_smollm2_answers_with_default_settings(tmp_path):
     with sqlite3.connect(tmp_path / "data" / "chats.sqlite3") as conn:
         rows = conn.execute("SELECT role, content, finish_reason FROM messages ORDER BY id").fetchall()
     assert [r[0] for r in rows] == ["user", "assistant"]
-    assert rows[1][2] in ("stop", "context") and len(rows[1][1].split()) >= 3    # words, not an empty reply
+    # a finished reply of words, not an empty one: sampled at the default temperature, so its length varies
+    # ("Capital: Paris" is a whole answer)
+    assert rows[1][2] in ("stop", "context") and any(word.isalpha() for word in rows[1][1].split())
 
 
 def wait_for_reply_saved(db, timeout: float = 300) -> None:
