@@ -65,16 +65,17 @@ inline const int8_t* signed_block(const QuantWeightView& w, int64_t row, int64_t
 // 13.7 with the second (measured with LLMCHAT_QUANT_TILES=0).
 constexpr int64_t kPrefetchBytes = 1024, kPrefetchFarBytes = 4096;
 template <QuantKind KIND>
+constexpr int64_t row_block_bytes() { return paired(KIND) || KIND == QuantKind::Q6 ? 16 : 32; }
+template <QuantKind KIND, int LOCALITY>  // 3: into L1, 2: into L2
+inline void prefetch_row_block(const QuantWeightView& w, int64_t at) {
+  __builtin_prefetch(static_cast<const char*>(w.values) + at * row_block_bytes<KIND>(), 0, LOCALITY);
+  if constexpr (KIND == QuantKind::Q5) __builtin_prefetch(w.high + at, 0, LOCALITY);
+  if constexpr (KIND == QuantKind::Q6) __builtin_prefetch(w.high + 2 * at, 0, LOCALITY);
+}
+template <QuantKind KIND>
 inline void prefetch_row_ahead(const QuantWeightView& w, int64_t at) {
-  constexpr int64_t kBlockBytes = paired(KIND) || KIND == QuantKind::Q6 ? 16 : 32;
-  const int64_t ahead = at + kPrefetchBytes / kBlockBytes;
-  __builtin_prefetch(static_cast<const char*>(w.values) + ahead * kBlockBytes);
-  if constexpr (KIND == QuantKind::Q5) __builtin_prefetch(w.high + ahead);
-  if constexpr (KIND == QuantKind::Q6) __builtin_prefetch(w.high + 2 * ahead);
-  const int64_t far = at + kPrefetchFarBytes / kBlockBytes;  // into L2 (locality 2)
-  __builtin_prefetch(static_cast<const char*>(w.values) + far * kBlockBytes, 0, 2);
-  if constexpr (KIND == QuantKind::Q5) __builtin_prefetch(w.high + far, 0, 2);
-  if constexpr (KIND == QuantKind::Q6) __builtin_prefetch(w.high + 2 * far, 0, 2);
+  prefetch_row_block<KIND, 3>(w, at + kPrefetchBytes / row_block_bytes<KIND>());
+  prefetch_row_block<KIND, 2>(w, at + kPrefetchFarBytes / row_block_bytes<KIND>());
 }
 
 // Quantized activations. The 4/5-bit kinds read them in pair order (qdot.h), rows padded to whole pairs
