@@ -42,6 +42,7 @@ from ._loader import require
 
 KINDS = {"q8": 0, "q8h": 1, "q4": 2, "q5": 3, "q6": 16}
 BLOCK = 32
+SUPER_BLOCK = 256  # a K-quant super-block
 TILE_ROWS = 16  # weight rows per group of the tile layout
 NIBBLE_KINDS = ("q4", "q5", "q6")  # values as nibbles [N, K/2]
 HALVES_KINDS = ("q8h", "q6")       # a scale per 16 elements
@@ -67,6 +68,11 @@ class QuantWeight:
     def compact(self) -> bool:
         """Scales (and mins) as the file's integers and fp16 super-factors (a tiled K-quant)."""
         return self.scales.dtype == torch.uint8
+
+    @property
+    def super_blocks(self) -> bool:
+        """Runs a K-quant's whole super-blocks in integers (x86's tile layout with compact factors, quant_tiles.h)."""
+        return self.compact and self.tiled and not neon_layout.ACTIVE
 
     @property
     def n(self) -> int:
@@ -409,11 +415,12 @@ def _expand_compact(t: torch.Tensor, subs: int, signed: bool) -> torch.Tensor:
     return ints.float() * supers.repeat_interleave(subs // supers.shape[1], dim=1)
 
 
-def quantize_activations(x: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Torch version of the op's activation quantization: (q int32 [M, K], d [M, K/32], d * sum(q) [M, K/32]);
-    wide: 16 bits (q in [-32639, 32639])."""
+def quantize_activations(x: torch.Tensor, wide: bool = False,
+                         block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Torch version of the op's activation quantization: (q int32 [M, K], d [M, K/block], d * sum(q)
+    [M, K/block]); wide: 16 bits (q in [-32639, 32639]); block: 32, or 256 for K-quants' super-blocks."""
     top = 32639.0 if wide else 127.0
-    blocks = x.float().reshape(x.shape[0], -1, BLOCK)
+    blocks = x.float().reshape(x.shape[0], -1, block)
     d = blocks.abs().amax(-1) / top
     inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
     q = torch.round(blocks * inv.unsqueeze(-1)).clamp(-top, top)
@@ -422,6 +429,8 @@ def quantize_activations(x: torch.Tensor, wide: bool = False) -> tuple[torch.Ten
 
 def reference_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The op's math in torch, in float64 (exact integer dots): the oracle for quant_linear. Returns x.dtype."""
+    if w.super_blocks:
+        return _reference_super(x, w, bias)
     q, d, dsum = quantize_activations(x, wide=w.wide_activations)
     w = w.untiled()
     m, nb = q.shape[0], w.k // BLOCK
@@ -437,6 +446,35 @@ def reference_linear(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None 
     mins = w.effective_mins()
     if mins is not None:
         out = out + dsum.double() @ mins.double().T
+    if bias is not None:
+        out = out + bias.double()
+    return out.to(x.dtype)
+
+
+def _reference_super(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None) -> torch.Tensor:
+    """reference_linear for K-quants on x86's tile layout (csrc/core/quant_tiles.h): activations per 256, each
+    super-block's sum of sc * (w . q) and of m * sum(q) in integers, then one float step each."""
+    m, supers = x.shape[0], w.k // SUPER_BLOCK
+    q, d, _ = quantize_activations(x, block=SUPER_BLOCK)
+    rows = w.untiled()
+    signed = w.kind in HALVES_KINDS
+    subs = w.k // (16 if signed else BLOCK)
+
+    def split(t: torch.Tensor, count: int, signed_ints: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        ints = t[:, :count].contiguous()
+        ints = ints.view(torch.int8) if signed_ints else ints
+        return ints.double(), t[:, count:].contiguous().view(torch.float16).double()  # [N, count], [N, supers]
+
+    def per_super(ints: torch.Tensor, sums: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+        total = (sums * ints.unsqueeze(0)).view(m, w.n, supers, -1).sum(-1)      # exact integers, [M, N, supers]
+        return (total * factor.unsqueeze(0) * d.double().unsqueeze(1)).sum(-1)
+
+    sc, dw = split(rows.packed_factors[0], subs, signed)
+    qa = q.view(m, subs, -1).double()
+    out = per_super(sc, torch.einsum("msj,nsj->mns", qa, rows.integers().view(w.n, subs, -1).double()), dw)
+    if rows.packed_factors[1] is not None:
+        mn, dmin = split(rows.packed_factors[1], w.k // BLOCK, False)
+        out = out + per_super(mn, q.view(m, -1, BLOCK).sum(-1).double().unsqueeze(1), dmin)
     if bias is not None:
         out = out + bias.double()
     return out.to(x.dtype)

@@ -9,6 +9,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
 
 import llmchat.kernels as K
+import llmchat.kernels.quant_neon_layout as neon_layout
 from gguf_models import K_QUANTS, random_k_blocks
 from llmchat.engine.quant.gguf_blocks import UnsupportedTensorType, dense, repack
 from llmchat.kernels.quant import QuantWeight, holds_q6, reference_linear, tiles_isa
@@ -67,9 +68,10 @@ def test_unsupported_and_malformed_tensors_are_named():
         repack("Q8_0", np.zeros(30, np.uint8), 1, 32, "t")
 
 
-# Both tile layouts (x86's and ARM's) run K-quants on the file's factors (small integers, one fp16 per 256): the
-# same numbers as the fp32 factors of the layout without them (compact=False, the oracle), so the same bits
-# everywhere. bytes held : the file's, exactly (Q4_K/Q5_K's sc and m in their 6 bits: 144 and 176 bytes a
+# Both tile layouts (x86's and ARM's) hold K-quants in the file's factors (small integers, one fp16 per 256). ARM's
+# runs them as the same numbers as the fp32 factors of the layout without them (compact=False, the oracle), so
+# the same bits; x86's runs whole super-blocks in integers (activations per 256, quant_tiles.h), so its oracle is
+# that math's reference, and a row keeps its bits whatever the step size. bytes held : the file's, exactly (Q4_K/Q5_K's sc and m in their 6 bits: 144 and 176 bytes a
 # super-block; Q6_K in its own 6 bits, 210, on x86; held as 8-bit values with its i8 sc elsewhere: 274)
 COMPACT_BOUND = {"Q4_K": (144, 144), "Q5_K": (176, 176), "Q6_K": (210, 210) if holds_q6() else (274, 210)}
 
@@ -89,11 +91,17 @@ def test_k_quant_tiles_keep_the_file_factors(type_name):
     back = compact.untiled()
     assert all(torch.equal(a, b) for a, b in zip(back.present(), w.present()))
     assert all(torch.equal(a, b) for a, b in zip(back.tiled_copy().present(), compact.present()))
+    assert compact.super_blocks == (not neon_layout.ACTIVE)
     for dtype in (torch.float32, torch.bfloat16):
+        rows_x = torch.randn(40, cols, generator=torch.Generator().manual_seed(40)).to(dtype)
+        full = K.quant_linear(rows_x, compact)
         for m in (1, 3, 16, 17, 33):   # VNNI, and AMX for whole 16-token tiles where granted; SDOT and SMMLA
             x = torch.randn(m, cols, generator=torch.Generator().manual_seed(m)).to(dtype)
             got = K.quant_linear(x, compact)
-            assert torch.equal(got, K.quant_linear(x, fp32)), (dtype, m)
+            if compact.super_blocks:  # one token tile, two and more (B planes), the VNNI tail: the same rows
+                assert torch.equal(K.quant_linear(rows_x[5:5 + m], compact), full[5:5 + m]), (dtype, m)
+            else:
+                assert torch.equal(got, K.quant_linear(x, fp32)), (dtype, m)
             ref = reference_linear(x, compact).double()
             tol = {torch.float32: 2e-5, torch.bfloat16: 1e-2}[dtype]
             # (these random blocks make outputs of hundreds: the error is relative to the output's scale)
