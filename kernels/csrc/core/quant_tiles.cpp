@@ -774,10 +774,11 @@ void amx_super_tile(const QuantLinearArgs& a, const SuperActs& x, int64_t g0, in
   amx::release();
 }
 
-// Groups [g0, g1) x tokens [0, tokens) (whole tiles), kSuperTokens tokens at a time: their activations (up to
-// 128 x K bytes) stay in L2 for every group. Each super-block's B tiles are made two super-blocks ahead of its
-// products, into a ring of three that stays in L1 (AMX's tile loads wait for vector stores to reach L1).
-constexpr int64_t kSuperTokens = 8 * kTileTokens;
+// Groups [g0, g1) x tokens [0, tokens) (whole tiles), a run of token pairs at a time whose activations (about
+// kSuperActBytes) stay in L2 for every group: each group's B planes are made once a run. Each super-block's B
+// tiles are made two super-blocks ahead of its products, into a ring of three that stays in L1 (AMX's tile loads
+// wait for vector stores to reach L1).
+constexpr int64_t kSuperActBytes = 1 << 20;
 template <QuantKind KIND, int F>
 void amx_super_groups(const QuantLinearArgs& a, const SuperActs& x, int64_t g0, int64_t g1, int64_t tokens,
                       const Store& finish) {
@@ -785,8 +786,9 @@ void amx_super_groups(const QuantLinearArgs& a, const SuperActs& x, int64_t g0, 
   amx::configure(amx::full_tiles());  // per task: tile state belongs to the thread
   thread_local std::vector<uint8_t> planes;  // the workers' own: no allocation per call
   thread_local std::vector<float> acc;
-  planes.resize(size_t(3 * kSuperPlaneBytes)), acc.resize(size_t(kSuperTokens * kTileRows));
-  for (int64_t m0 = 0; m0 < tokens; m0 += kSuperTokens)
+  const int64_t run = std::max<int64_t>(2, kSuperActBytes / (2 * kTileTokens * a.w.k)) * 2 * kTileTokens;
+  planes.resize(size_t(3 * kSuperPlaneBytes)), acc.resize(size_t(std::min(run, tokens) * kTileRows));
+  for (int64_t m0 = 0; m0 < tokens; m0 += run)
     for (int64_t g = g0; g < g1; ++g) {
       const uint8_t* scales = compact_group(Factors(F), a.w.scales, g, x.subs, supers);
       auto ring = [&](int64_t S) { return planes.data() + S % 3 * kSuperPlaneBytes; };
@@ -802,7 +804,7 @@ void amx_super_groups(const QuantLinearArgs& a, const SuperActs& x, int64_t g0, 
         if (S + 2 < supers && made == S + 2) make(S + 2), ++made;
         return ring(S);
       };
-      amx_super_group<KIND, F>(a, x, g, m0, std::min(kSuperTokens, tokens - m0), planes_of, acc.data(), finish);
+      amx_super_group<KIND, F>(a, x, g, m0, std::min(run, tokens - m0), planes_of, acc.data(), finish);
     }
   amx::release();
 }
