@@ -433,14 +433,14 @@ void amx_groups(const QuantLinearArgs& a, const Acts& x, int64_t g0, int64_t g1,
 #endif
 
 // Tokens past the last whole tile from which one AMX tile padded with zero tokens costs less than their VNNI dots
-// (a [8960, 1536] weight, 2 threads, a Xeon with AMX: a tile of Q4_K costs 0.55 ms, 6 tokens' dots 0.51, 7 0.65,
-// 15 1.28; Q5_K's tile pays from 7 tokens, Q4_0's and Q8_0's from 10, Q6_K's from 13). Speculation's verification
-// rows and a few sessions' decode land there.
+// (a [8960, 1536] weight, 2 threads, a Xeon with AMX: Q4_K's tile 0.62 ms, 6 tokens' dots 0.40; Q5_K's tile pays
+// from 7 tokens too; Q6_K's tile 0.90, 5 tokens' dots 0.81, 6 0.96; with per-32 factors, Q4_0's and Q8_0's from
+// 10, Q6's from 13). Speculation's verification rows and a few sessions' decode land there.
 int64_t amx_pad_from(const QuantLinearArgs& a) {
   switch (a.w.kind) {
     case QuantKind::Q4: return a.w.mins != nullptr ? 7 : 10;
     case QuantKind::Q5: return 7;
-    case QuantKind::Q6: return 13;
+    case QuantKind::Q6: return a.w.compact_factors ? 6 : 13;  // Q6_K's super-blocks: 5 tokens' dots 0.81 ms, 6 0.96, the tile 0.90
     default: return 10;
   }
 }
