@@ -64,6 +64,11 @@ struct Weight {
   std::vector<uint16_t> scales_h, mins_h;    // fp16 bits, as the file's Q8_0, Q4_0/1 and Q5_0/1 keep them
   bool with_mins, half;
   int min_offset;                            // without mins: min = min_offset * scale (Q4_0: -8, Q5_0: -16)
+  // compact (K-quants, K % 256 == 0; the tile layout only): per row the file's integer factors of each sub-block
+  // (u6 sc and m for Q4/Q5, i8 sc for the halves kinds) and fp16 super-factors per 256 (d; -dmin for mins)
+  bool compact = false;
+  std::vector<int> sc_ints, m_ints;
+  std::vector<uint16_t> sc_supers, m_supers;
 
   Weight(QuantKind kind_, int64_t n_, int64_t k_, bool with_mins_, bool half_ = false, bool offset = false)
       : kind(kind_), n(n_), k(k_), nb(k_ / 32), with_mins(with_mins_ && paired(kind_)), half(half_),
@@ -88,13 +93,51 @@ struct Weight {
       }
     }
   }
+  // Random compact factors (every integer of their range), and the fp32 factors they mean (integer * fp16).
+  void make_compact() {
+    compact = true, half = false, min_offset = 0, with_mins = paired(kind);
+    auto draw = [&](std::vector<float>& factors, std::vector<int>& ints, std::vector<uint16_t>& supers, float sign) {
+      const int64_t per_row = int64_t(factors.size()) / n, per_super = per_row / (k / 256);
+      ints.resize(factors.size()), supers.resize(size_t(n * (k / 256)));
+      for (auto& i : ints) i = paired(kind) ? int(next_u64() >> 58) : int(int8_t(next_u64() >> 56));
+      for (auto& h : supers) h = from_float<fp16_t>(sign * (1e-4f + 4e-4f * std::fabs(uniform()))).bits;
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < per_row; ++j)
+          factors[size_t(r * per_row + j)] = float(ints[size_t(r * per_row + j)]) *
+                                             to_float(fp16_t{supers[size_t(r * (k / 256) + j / per_super)]});
+    };
+    draw(scales, sc_ints, sc_supers, 1.f);
+    if (with_mins) mins.resize(size_t(n * nb)), draw(mins, m_ints, m_supers, -1.f);
+  }
   // The same weight in the tile layout (n % 16 == 0), made from q() and the factors by quant_tiles.h's rules.
   struct Tiles {
     std::vector<uint8_t> values;
     std::vector<uint64_t> high;
     std::vector<float> scales, mins;
     std::vector<uint16_t> scales_h, mins_h;
+    std::vector<uint8_t> compact_scales, compact_mins;  // quant_tiles.h's compact order
   } tiles;
+  void compact_tiles(const std::vector<int>& ints, const std::vector<uint16_t>& supers, std::vector<uint8_t>& out) const {
+    const int64_t S = k / 256, per_row = int64_t(ints.size()) / n, int_bytes = paired(kind) ? 6 * S : per_row;
+    out.assign(size_t(n * (int_bytes + 2 * S)), 0);
+    for (int64_t r = 0; r < n; ++r) {
+      uint8_t* group = out.data() + r / kTileRows * kTileRows * (int_bytes + 2 * S);
+      const int64_t row = r % kTileRows;
+      for (int64_t j = 0; j < per_row; ++j) {
+        const int v = ints[size_t(r * per_row + j)];
+        if (!paired(kind)) {
+          group[j * kTileRows + row] = uint8_t(v);
+          continue;
+        }
+        uint8_t* super = group + j / 8 * kCompact6Bytes;  // nibbles of i and i + 4, then 2-bit parts of i = 4h + l
+        const int64_t i = j % 8;
+        super[kTileRows * (i % 4) + row] |= uint8_t((v & 15) << (4 * (i / 4)));
+        super[4 * kTileRows + kTileRows * (i / 4) + row] |= uint8_t((v >> 4 & 3) << (2 * (i % 4)));
+      }
+      for (int64_t sp = 0; sp < S; ++sp)
+        std::memcpy(group + kTileRows * int_bytes + (sp * kTileRows + row) * 2, &supers[size_t(r * S + sp)], 2);
+    }
+  }
   void make_tiles() {
     const int64_t groups = n / kTileRows, block = nibble_values(kind) ? 256 : 512;
     // Q6 stores u = q + 32 (0..63): its nibbles as Q4's, bits 4 and 5 as two of Q5's masks (8 words each)
@@ -131,6 +174,10 @@ struct Weight {
     };
     group_major(scales, tiles.scales), group_major(mins, tiles.mins);
     group_major(scales_h, tiles.scales_h), group_major(mins_h, tiles.mins_h);
+    if (compact) {
+      compact_tiles(sc_ints, sc_supers, tiles.compact_scales);
+      if (with_mins) compact_tiles(m_ints, m_supers, tiles.compact_mins);
+    }
   }
   QuantWeightView view(bool tiled = false, bool wide = false) const {
     QuantWeightView w;
@@ -147,6 +194,11 @@ struct Weight {
     w.min_offset = min_offset;
     w.tiled = tiled;
     w.wide_activations = wide;
+    if (compact && tiled) {
+      w.compact_factors = true;
+      w.scales = tiles.compact_scales.data();
+      w.mins = with_mins ? tiles.compact_mins.data() : nullptr;
+    }
     return w;
   }
   // The integer weight of row r, element c, decoded from the layout as quant_linear.h documents it.
@@ -183,13 +235,68 @@ void fail(const char* what, QuantKind kind, const char* dt, int64_t m, int64_t n
               (long long)m, (long long)n, (long long)k, int(bias), threads, detail);
 }
 
+// K-quants with compact factors on the tile layout (quant_tiles.h): activations per 256 (the steps of
+// quantize_activations over 256 elements), per super-block I = sum_j sc_j * (w . q over sub-block j) and
+// Im = sum_j m_j * sum(q over j) in integers, out = sum_S I * d * dA + Im * (-dmin) * dA (+ bias), within 1e-5 (f32),
+// 1e-2 (bf16), 2e-3 (f16) of the sum of the sizes of those terms.
+template <typename T>
+void check_super_blocks(const Weight& wt, const std::vector<T>& x, int64_t xs, int64_t m, const std::vector<T>& out,
+                        int64_t os, const std::vector<T>* bias, T fill, const char* dt, int threads) {
+  const int64_t k = wt.k, n = wt.n, supers = k / 256, sub = halves(wt.kind) ? 16 : 32, per_super = 256 / sub;
+  std::vector<int> q(size_t(m * k));
+  std::vector<float> d(size_t(m * supers));
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t S = 0; S < supers; ++S) {
+      float amax = 0.f;
+      for (int64_t c = 256 * S; c < 256 * (S + 1); ++c) amax = std::max(amax, std::fabs(to_float(x[t * xs + c])));
+      const float scale = amax / 127.f, inv = scale != 0.f ? 1.f / scale : 0.f;
+      d[size_t(t * supers + S)] = scale;
+      for (int64_t c = 256 * S; c < 256 * (S + 1); ++c)
+        q[size_t(t * k + c)] = int(std::max(-127.f, std::min(127.f, std::nearbyint(to_float(x[t * xs + c]) * inv))));
+    }
+  ++checks;
+  const float tol = sizeof(T) == 4 ? 1e-5f : (std::is_same_v<T, bf16_t> ? 1e-2f : 2e-3f);
+  double worst = 0.0;
+  int outside = 0;
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t r = 0; r < n; ++r) {
+      double s = 0.0, mag = 0.0;
+      for (int64_t S = 0; S < supers; ++S) {
+        int64_t isum = 0, msum = 0;
+        for (int64_t j = 0; j < per_super; ++j) {
+          const int64_t j_row = S * per_super + j, c0 = j_row * sub;
+          int64_t dot = 0, qs = 0;
+          for (int64_t c = c0; c < c0 + sub; ++c) dot += int64_t(wt.q(r, c)) * q[size_t(t * k + c)], qs += q[size_t(t * k + c)];
+          isum += wt.sc_ints[size_t(r * (k / sub) + j_row)] * dot;
+          if (wt.with_mins) msum += wt.m_ints[size_t(r * (k / 32) + j_row)] * qs;
+        }
+        const double da = d[size_t(t * supers + S)];
+        const double term = double(isum) * double(to_float(fp16_t{wt.sc_supers[size_t(r * supers + S)]})) * da;
+        const double mterm = wt.with_mins ? double(msum) * double(to_float(fp16_t{wt.m_supers[size_t(r * supers + S)]})) * da : 0.0;
+        s += term + mterm, mag += std::fabs(term) + std::fabs(mterm);
+      }
+      if (bias) s += to_float((*bias)[r]), mag += std::fabs(to_float((*bias)[r]));
+      const double err = std::fabs(to_float(out[t * os + r]) - s) / (mag + 1e-30);
+      if (!(err <= worst)) worst = err;
+    }
+    for (int64_t r = n; r < os; ++r) outside += bits_of(out[t * os + r]) != bits_of(fill) ? 1 : 0;
+  }
+  if (!(worst <= tol)) {
+    char msg[64];
+    std::snprintf(msg, sizeof msg, "relative error %g", worst);
+    fail("compact linear vs super-block reference", wt.kind, dt, m, n, k, bias != nullptr, threads, msg);
+  }
+  if (outside) fail("compact linear wrote outside its slice", wt.kind, dt, m, n, k, bias != nullptr, threads, "");
+}
+
 template <typename T>
 void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bool with_mins, int threads,
-                  bool half = false, bool tiled = false, bool wide = false) {
+                  bool half = false, bool tiled = false, bool wide = false, bool compact = false) {
   const std::string label = std::string(dtype_name<T>()) + (half ? "+fp16 factors" : "") + (tiled ? " tiled" : "") +
-                            (wide ? " 16-bit activations" : "");
+                            (wide ? " 16-bit activations" : "") + (compact ? " compact" : "");
   const char* dt = label.c_str();
   Weight wt(kind, n, k, with_mins, half, half);
+  if (compact) wt.make_compact();
   if (tiled) wt.make_tiles();
   const int64_t xs = k + 3, os = n + 5, nb = k / 32;  // strided rows on both sides
   auto x = random_vec<T>(size_t(m * xs), 2.f);
@@ -213,88 +320,93 @@ void check_linear(QuantKind kind, int64_t m, int64_t n, int64_t k, bool bias, bo
   uint64_t& h = tiled ? tiles_digest : digest;
   for (const T& v : out) h = (h ^ bits_of(v)) * 1099511628211ull;  // FNV-1a over every output's bits
 
-  // The reference: the same quantized activations, exact integer dots, the float math in double.
-  std::vector<int32_t> q(size_t(m * k));
-  std::vector<float> d(size_t(m * nb)), dsum(size_t(m * nb));
-  std::vector<int32_t> offsets(size_t(m * nb));
-  const int top = wide ? 32639 : 127;
-  if (wide) {
-    std::vector<int8_t> lo(q.size()), hi(q.size());
-    quantize_activations_wide(dtype_of<T>(), x.data(), xs, m, k, lo.data(), hi.data(), d.data(), offsets.data(),
-                              serial_runtime());
-    for (size_t i = 0; i < q.size(); ++i) q[i] = 256 * hi[i] + lo[i];
+  if (compact) {
+    check_super_blocks(wt, x, xs, m, out, os, bias ? &b : nullptr, fill, dt, threads);
   } else {
-    std::vector<int8_t> q8(q.size());
-    quantize_activations(dtype_of<T>(), x.data(), xs, m, k, q8.data(), d.data(), dsum.data(), serial_runtime());
-    q.assign(q8.begin(), q8.end());
-  }
-  ++checks;
-  {  // the quantization itself: q * d within half a step of x, dsum = d * sum(q) (wide: offsets = 128 sum(q))
-    int bad = 0;
-    for (int64_t t = 0; t < m; ++t)
-      for (int64_t bb = 0; bb < nb; ++bb) {
-        int32_t sum = 0;
-        float amax = 0.f;
-        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(to_float(x[t * xs + 32 * bb + j])));
-        const float dd = d[t * nb + bb];
-        if (!(std::fabs(dd - amax / float(top)) <= 1e-6f * amax)) ++bad;
-        for (int j = 0; j < 32; ++j) {
-          const int qq = q[t * k + 32 * bb + j];
-          sum += qq;
-          const double xv = to_float(x[t * xs + 32 * bb + j]);
-          // x * (1 / d) rounds twice in float: up to ~top * 2^-23 of a step past the half
-          if (qq < -top || qq > top || std::fabs(xv - double(qq) * dd) > (0.5001 + top * 3e-7) * dd + 1e-30) ++bad;
-        }
-        if (wide ? offsets[t * nb + bb] != 128 * sum : dsum[t * nb + bb] != dd * float(sum)) ++bad;
-      }
-    if (bad) {
-      char msg[64];
-      std::snprintf(msg, sizeof msg, "%d bad values", bad);
-      fail("quantize_activations", kind, dt, m, n, k, bias, threads, msg);
+    // The reference: the same quantized activations, exact integer dots, the float math in double.
+    std::vector<int32_t> q(size_t(m * k));
+    std::vector<float> d(size_t(m * nb)), dsum(size_t(m * nb));
+    std::vector<int32_t> offsets(size_t(m * nb));
+    const int top = wide ? 32639 : 127;
+    if (wide) {
+      std::vector<int8_t> lo(q.size()), hi(q.size());
+      quantize_activations_wide(dtype_of<T>(), x.data(), xs, m, k, lo.data(), hi.data(), d.data(), offsets.data(),
+                                serial_runtime());
+      for (size_t i = 0; i < q.size(); ++i) q[i] = 256 * hi[i] + lo[i];
+    } else {
+      std::vector<int8_t> q8(q.size());
+      quantize_activations(dtype_of<T>(), x.data(), xs, m, k, q8.data(), d.data(), dsum.data(), serial_runtime());
+      q.assign(q8.begin(), q8.end());
     }
-  }
-  ++checks;
-  {
-    const float tol = sizeof(T) == 4 ? 1e-5f : (std::is_same_v<T, bf16_t> ? 1e-2f : 2e-3f);
-    double worst = 0.0;
-    int64_t worst_t = -1, worst_r = -1;
-    int outside = 0;
-    for (int64_t t = 0; t < m; ++t) {
-      for (int64_t r = 0; r < n; ++r) {
-        // mag: the sum of the sizes of every product the output adds up. The vector paths convert partial
-        // integer dots (lanes of a few elements) to float and add them there, so their rounding error is
-        // relative to this, not to |isum|: a block whose lanes cancel is not exact in float.
-        double s = 0.0, mag = 0.0;
+    ++checks;
+    {  // the quantization itself: q * d within half a step of x, dsum = d * sum(q) (wide: offsets = 128 sum(q))
+      int bad = 0;
+      for (int64_t t = 0; t < m; ++t)
         for (int64_t bb = 0; bb < nb; ++bb) {
-          for (int h = 0; h < (halves(kind) ? 2 : 1); ++h) {
-            const int64_t c0 = 32 * bb + (halves(kind) ? 16 * h : 0);
-            const int64_t len = halves(kind) ? 16 : 32;
-            int64_t isum = 0, iabs = 0;
-            for (int64_t c = c0; c < c0 + len; ++c) {
-              const int64_t p = int64_t(wt.q(r, c)) * q[t * k + c];
-              isum += p, iabs += p < 0 ? -p : p;
-            }
-            const double sd = double(wt.scale(r, c0)) * double(d[t * nb + bb]);
-            s += double(isum) * sd, mag += double(iabs) * sd;
+          int32_t sum = 0;
+          float amax = 0.f;
+          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(to_float(x[t * xs + 32 * bb + j])));
+          const float dd = d[t * nb + bb];
+          if (!(std::fabs(dd - amax / float(top)) <= 1e-6f * amax)) ++bad;
+          for (int j = 0; j < 32; ++j) {
+            const int qq = q[t * k + 32 * bb + j];
+            sum += qq;
+            const double xv = to_float(x[t * xs + 32 * bb + j]);
+            // x * (1 / d) rounds twice in float: up to ~top * 2^-23 of a step past the half
+            if (qq < -top || qq > top || std::fabs(xv - double(qq) * dd) > (0.5001 + top * 3e-7) * dd + 1e-30) ++bad;
           }
-          const double mterm = double(wt.min(r, bb)) * double(dsum[t * nb + bb]);
-          s += mterm, mag += std::fabs(mterm);
+          if (wide ? offsets[t * nb + bb] != 128 * sum : dsum[t * nb + bb] != dd * float(sum)) ++bad;
         }
-        if (bias) s += to_float(b[r]), mag += std::fabs(to_float(b[r]));
-        const double got = to_float(out[t * os + r]);
-        const double err = std::fabs(got - s) / (mag + 1e-30);
-        if (!(err <= worst)) worst = err, worst_t = t, worst_r = r;
-        double& seen = worst_error[sizeof(T) == 4 ? 0 : (std::is_same_v<T, bf16_t> ? 1 : 2)];
-        if (!(err <= seen)) seen = err;
+      if (bad) {
+        char msg[64];
+        std::snprintf(msg, sizeof msg, "%d bad values", bad);
+        fail("quantize_activations", kind, dt, m, n, k, bias, threads, msg);
       }
-      for (int64_t r = n; r < os; ++r) outside += bits_of(out[t * os + r]) != bits_of(fill) ? 1 : 0;
     }
-    if (!(worst <= tol)) {
-      char msg[96];
-      std::snprintf(msg, sizeof msg, "relative error %g at row %lld col %lld", worst, (long long)worst_t, (long long)worst_r);
-      fail("linear vs reference", kind, dt, m, n, k, bias, threads, msg);
+    ++checks;
+    {
+      const float tol = sizeof(T) == 4 ? 1e-5f : (std::is_same_v<T, bf16_t> ? 1e-2f : 2e-3f);
+      double worst = 0.0;
+      int64_t worst_t = -1, worst_r = -1;
+      int outside = 0;
+      for (int64_t t = 0; t < m; ++t) {
+        for (int64_t r = 0; r < n; ++r) {
+          // mag: the sum of the sizes of every product the output adds up. The vector paths convert partial
+          // integer dots (lanes of a few elements) to float and add them there, so their rounding error is
+          // relative to this, not to |isum|: a block whose lanes cancel is not exact in float.
+          double s = 0.0, mag = 0.0;
+          for (int64_t bb = 0; bb < nb; ++bb) {
+            for (int h = 0; h < (halves(kind) ? 2 : 1); ++h) {
+              const int64_t c0 = 32 * bb + (halves(kind) ? 16 * h : 0);
+              const int64_t len = halves(kind) ? 16 : 32;
+              int64_t isum = 0, iabs = 0;
+              for (int64_t c = c0; c < c0 + len; ++c) {
+                const int64_t p = int64_t(wt.q(r, c)) * q[t * k + c];
+                isum += p, iabs += p < 0 ? -p : p;
+              }
+              const double sd = double(wt.scale(r, c0)) * double(d[t * nb + bb]);
+              s += double(isum) * sd, mag += double(iabs) * sd;
+            }
+            const double mterm = double(wt.min(r, bb)) * double(dsum[t * nb + bb]);
+            s += mterm, mag += std::fabs(mterm);
+          }
+          if (bias) s += to_float(b[r]), mag += std::fabs(to_float(b[r]));
+          const double got = to_float(out[t * os + r]);
+          const double err = std::fabs(got - s) / (mag + 1e-30);
+          if (!(err <= worst)) worst = err, worst_t = t, worst_r = r;
+          double& seen = worst_error[sizeof(T) == 4 ? 0 : (std::is_same_v<T, bf16_t> ? 1 : 2)];
+          if (!(err <= seen)) seen = err;
+        }
+        for (int64_t r = n; r < os; ++r) outside += bits_of(out[t * os + r]) != bits_of(fill) ? 1 : 0;
+      }
+      if (!(worst <= tol)) {
+        char msg[96];
+        std::snprintf(msg, sizeof msg, "relative error %g at row %lld col %lld", worst, (long long)worst_t, (long long)worst_r);
+        fail("linear vs reference", kind, dt, m, n, k, bias, threads, msg);
+      }
+      if (outside) fail("linear wrote outside its slice", kind, dt, m, n, k, bias, threads, "");
     }
-    if (outside) fail("linear wrote outside its slice", kind, dt, m, n, k, bias, threads, "");
+
   }
 
   // Determinism: the same rows whatever M, tile position or thread split.
@@ -413,6 +525,18 @@ int main() {
         check_rows<bf16_t>(kind, 48, k, false, 1, true);
       }
     }
+    // K-quants with compact factors (whole super-blocks in integers): M on the VNNI dots, past each kind's
+    // padding count, a lone AMX tile (int32 folds), two and more (B planes) with odd tails, and two runs of
+    // token pairs where the build makes them short (LLMCHAT_SUPER_ACT_BYTES)
+    for (QuantKind kind : {QuantKind::Q4, QuantKind::Q5, QuantKind::Q6, QuantKind::Q8Halves})
+      for (int64_t k : {256, 512})
+        for (int64_t m : {1, 5, 6, 7, 16, 21, 47, 80, 130}) {
+          const int64_t n = tns[size_t(j) % 4];
+          const int threads = 1 + j % 3;
+          check_linear<float>(kind, m, n, k, j % 2 == 1, true, threads, false, true, false, true);
+          check_linear<bf16_t>(kind, m, n, k, j % 2 == 0, true, threads % 3 + 1, false, true, false, true);
+          ++j;
+        }
     // Q8 with 16-bit activations (what the engine runs Q8_0 with on this layout), the same M and N.
     for (int64_t k : {32, 96, 576})
       for (int64_t m : tms) {

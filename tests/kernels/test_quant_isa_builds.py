@@ -34,7 +34,9 @@ VARIANTS = {
     # the tile layout (core/quant_tiles.cpp) on VNNI alone, the path of an AVX512-VNNI CPU without AMX, and on
     # an emulation of the AMX-INT8 tiles, which runs anywhere on x86
     "tiles vnni": ("g++", [*AVX512_VNNI], [], "avx2+vnni"),
-    "tiles amx (emulated)": ("g++", [*AVX512_VNNI, "-DLLMCHAT_EMULATE_AMX"], [], "avx2+vnni"),
+    # (runs of token pairs of 64 KB of activations: a 130-token call at K = 512 takes two)
+    "tiles amx (emulated)": ("g++", [*AVX512_VNNI, "-DLLMCHAT_EMULATE_AMX", "-DLLMCHAT_SUPER_ACT_BYTES=65536"], [],
+                             "avx2+vnni"),
     "neon": ("aarch64-linux-gnu-g++", ["-march=armv8-a"], QEMU_MAX, "neon"),  # widening multiplies, no SDOT
     "neon+dotprod": ("aarch64-linux-gnu-g++", ["-march=armv8.2-a+dotprod"], QEMU_MAX, "neon+dotprod"),
     # SMMLA 2x2 tiles for every M (vec/qdot_neon_i8mm.h)

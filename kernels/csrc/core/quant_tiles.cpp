@@ -778,7 +778,10 @@ void amx_super_tile(const QuantLinearArgs& a, const SuperActs& x, int64_t g0, in
 // kSuperActBytes) stay in L2 for every group: each group's B planes are made once a run. Each super-block's B
 // tiles are made two super-blocks ahead of its products, into a ring of three that stays in L1 (AMX's tile loads
 // wait for vector stores to reach L1).
-constexpr int64_t kSuperActBytes = 1 << 20;
+#if !defined(LLMCHAT_SUPER_ACT_BYTES)
+#define LLMCHAT_SUPER_ACT_BYTES (1 << 20)  // (the quant driver's emulated-AMX build makes it small: several runs)
+#endif
+constexpr int64_t kSuperActBytes = LLMCHAT_SUPER_ACT_BYTES;
 template <QuantKind KIND, int F>
 void amx_super_groups(const QuantLinearArgs& a, const SuperActs& x, int64_t g0, int64_t g1, int64_t tokens,
                       const Store& finish) {
