@@ -1,5 +1,5 @@
 // Quantized weights in 16-row tiles: the layout x86 machines with AVX512-VNNI run, read by both the VNNI block
-// dots (every step size) and AMX-INT8 tiles (TDPBSUD, each whole tile of 16 tokens) from one copy.
+// dots (every step size) and AMX-INT8 tiles (TDPBSUD/TDPBSSD, each whole tile of 16 tokens) from one copy.
 // A weight with N % 16 == 0 is stored group by group (16 rows), each group block by block (32 elements); the
 // tensors keep the row layout's shapes and dtypes (quant_linear.h), only the order of their bytes changes:
 //   8-bit kinds: 512 bytes a block, [r 0..7][n 0..15][j 0..3] = u8 (w + 128) of row 16g+n, element 4r+j: an
@@ -9,7 +9,7 @@
 //   Q5 high bits: 8 uint64 a block, word r bit 4n+j = bit 4 of element 4r+j of row n (a byte mask of B row r)
 //   scales and mins: [g][block][16] (Q8Halves: [g][2 block + half][16]), fp32 or fp16 as in the row layout;
 //     or compact (K-quants, uint8 tensors): per group the integers, then fp16 super-factors [K/256][16] (d;
-//     -dmin for mins): factor = float(integer) * float(fp16), exactly the fp32 factor, in registers. Q6_K's sc
+//     -dmin for mins), meaning factor = float(integer) * float(fp16) (the row layout's fp32 factor). Q6_K's sc
 //     are i8 [S][16] ([N, S + 2 K/256], S sub-blocks a row); Q4_K/Q5_K's sc and m keep the file's 6 bits
 //     ([N, 8 K/256]): per super-block of 8 sub-blocks j, 96 bytes: [4][16] bytes whose low nibble holds bits
 //     0-3 of j and high nibble bits 0-3 of j + 4 (j < 4), then [2][16] bytes holding bits 4-5 of j = 4h + i at
@@ -26,6 +26,16 @@
 //   isum(b)  = 256 sum_j u * hi + sum_j u * lo - 128 * sum_j q, still exact in int32 (|isum| < 2^28),
 // two block dots where 8-bit activations take one, and the same float step. Quantizing the activations is
 // the largest error of an 8-bit weight's dot; at 16 bits it is 256x smaller.
+// K-quants with compact factors (Q4_K, Q5_K: u6 sc and m; Q6_K, or Q8Halves holding it: i8 sc) run whole
+// super-blocks S of 256 in integers instead. Activations per super-block: dA = max|x| / 127, q as above; then
+//   I(S)     = sum_j sc[n, j] * sum_{i in j} w[n, i] * q[m, i] over S's sub-blocks j (32 elements; 16 for the
+//              halves kinds), w = u for Q4/Q5 (0..31, mins apart) and the signed weight for Q6/Q8Halves
+//   Im(S)    = sum_j m[n, j] * sum_{i in j} q[m, i] (Q4/Q5)
+//   acc      = fma(float(I(S)), d[n, S] * dA[m, S], acc), then acc = fma(float(Im(S)), -dmin[n, S] * dA[m, S], acc)
+// (|I| < 2^31: at most 256 * 127 * 63 * 31 for Q5, 256 * 127 * 128 * 128 for Q8Halves). VNNI multiplies each
+// sub-block's dot by sc in int32; AMX either does the same with the tile sums of a sub-block (a lone token tile)
+// or multiplies sc into the weights, w * sc = 256 hi + lo as two byte planes (TDPBSUD on lo, TDPBSSD on hi), so
+// that a K=64 product spans sub-blocks and a tile accumulates the whole I(S).
 // The VNNI path keeps 16 rows in the lanes of one register and the AMX path 16 rows in a tile row; both do the
 // float operations above lane by lane, so a row's bits do not depend on M, the path or the thread split.
 #pragma once

@@ -2,7 +2,8 @@
 // which keeps the same order): 16 rows side by side per sub-block, [g][s][16], as fp32 or fp16; or compact
 // (K-quants: the file's small integers, u6 packed as quant_tiles.h says or i8, then one fp16 per 256
 // elements). A compact factor is float(int) * float(fp16): exact (at most 19 significant bits), the fp32
-// factor the file means, so every layout and path gives the same bits from either store.
+// factor the file means: row dequantization and ARM's tiles give the same bits from either store (x86's tiles
+// run compact K-quants' super-blocks in integers, quant_tiles.h).
 #pragma once
 #include <cstdint>
 #include <cstring>
