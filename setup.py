@@ -24,6 +24,7 @@ KERNEL_SOURCES = [  # the torch-free core (one file per kernel family) + the tor
     "kernels/csrc/core/decoder_stack.cpp",
     "kernels/csrc/core/quant_linear.cpp",
     "kernels/csrc/core/quant_tiles.cpp",
+    "kernels/csrc/core/quant_tiles_super.cpp",
     "kernels/csrc/core/quant_tiles_neon.cpp",
     "kernels/csrc/core/gguf_tiles.cpp",
     "kernels/csrc/core/cpu_features.cpp",

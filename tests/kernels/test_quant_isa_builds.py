@@ -18,7 +18,7 @@ from driver_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
 pytestmark = pytest.mark.slow  # compiles and runs the driver for every variant (docs/development.md)
 
 SOURCES = [str(Path(__file__).with_name("quant_driver.cpp")),
-           *(str(CSRC / "core" / name) for name in ("quant_linear.cpp", "quant_tiles.cpp", "quant_tiles_neon.cpp", "amx_linear.cpp",
+           *(str(CSRC / "core" / name) for name in ("quant_linear.cpp", "quant_tiles.cpp", "quant_tiles_super.cpp", "quant_tiles_neon.cpp", "amx_linear.cpp",
                                                      "elementwise.cpp"))]  # + serial_runtime
 QEMU_MAX = [*QEMU, "-cpu", "max"]  # every optional Armv8 feature (dotprod, i8mm, bf16), whatever qemu's default
 

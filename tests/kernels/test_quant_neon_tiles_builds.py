@@ -16,7 +16,7 @@ from driver_builds import CSRC, QEMU, assert_variant_passed, build_all_variants
 pytestmark = pytest.mark.slow  # compiles and runs the driver for every variant (docs/development.md)
 
 SOURCES = [str(Path(__file__).with_name("quant_neon_tiles_driver.cpp")),
-           *(str(CSRC / "core" / name) for name in ("quant_tiles_neon.cpp", "quant_linear.cpp", "quant_tiles.cpp",
+           *(str(CSRC / "core" / name) for name in ("quant_tiles_neon.cpp", "quant_linear.cpp", "quant_tiles.cpp", "quant_tiles_super.cpp",
                                                      "amx_linear.cpp", "elementwise.cpp"))]
 QEMU_MAX = [*QEMU, "-cpu", "max"]
 QEMU_A76 = [*QEMU, "-cpu", "cortex-a76"]  # dotprod, no i8mm
